@@ -1,0 +1,108 @@
+"""`ray start` command lines, built by pure functions (asserted as lists in the tests)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpiray.network import NodePorts
+from mpiray.resources import Share
+
+# Ray's longest socket path below a temp dir: session_<date>_<time>_<usec>_<pid>/sockets/plasma_store
+SOCKET_SUFFIX = "/session_2026-11-22_03-06-42_431508_4194304/sockets/plasma_store"
+AF_UNIX_PATH_MAX = 107
+
+
+def ray_executable() -> str:
+    """The `ray` script of this interpreter's environment (a venv's bin), else the one on PATH."""
+    beside = Path(sys.executable).with_name("ray")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ray")
+    if not found:
+        raise FileNotFoundError("no `ray` command beside this python or on PATH: pip install 'ray[rllib]'")
+    return found
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything one `ray start` needs to know."""
+
+    node_ip: str
+    temp_dir: str
+    share: Share
+    ports: NodePorts
+    node_name: str
+
+
+def _common(spec: NodeSpec) -> list[str]:
+    ports = spec.ports
+    argv = [
+        "--block",  # stays our child: never daemonized away from the rank that stops it
+        "--disable-usage-stats",
+        f"--node-ip-address={spec.node_ip}",
+        f"--node-name={spec.node_name}",
+        f"--temp-dir={spec.temp_dir}",
+        f"--num-cpus={spec.share.cpus}",
+        f"--num-gpus={len(spec.share.gpu_ids)}",
+        f"--memory={spec.share.memory}",
+        f"--object-store-memory={spec.share.object_store}",
+        f"--node-manager-port={ports.node_manager}",
+        f"--object-manager-port={ports.object_manager}",
+        f"--min-worker-port={ports.min_worker}",
+        f"--max-worker-port={ports.max_worker}",
+        f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+        f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
+        f"--metrics-export-port={ports.metrics_export}",
+        f"--runtime-env-agent-port={ports.runtime_env_agent}",
+    ]
+    return argv
+
+
+def head_command(ray: str, spec: NodeSpec, *, dashboard: bool) -> list[str]:
+    argv = [ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
+    # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
+    argv.append("--no-monitor")
+    if dashboard:
+        argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                 f"--dashboard-port={spec.ports.dashboard}"]
+    else:
+        argv.append("--include-dashboard=false")
+    return argv
+
+
+def worker_command(ray: str, spec: NodeSpec, gcs_address: str) -> list[str]:
+    return [ray, "start", f"--address={gcs_address}", *_common(spec)]
+
+
+def node_env(
+    environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None
+) -> dict[str, str]:
+    """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched)."""
+    env = dict(environ)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    if gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    if token_path:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
+    else:
+        env["RAY_AUTH_MODE"] = "disabled"
+    env.pop("RAY_AUTH_TOKEN", None)  # the token file is the only source
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def socket_path_problem(temp_dir: str) -> str | None:
+    """Why Ray's Unix sockets under temp_dir would exceed the 107-byte AF_UNIX limit, if they would."""
+    longest = len(os.fsencode(temp_dir)) + len(SOCKET_SUFFIX)
+    if longest <= AF_UNIX_PATH_MAX:
+        return None
+    return (
+        f"Ray's socket paths under {temp_dir} would be {longest} bytes, over the {AF_UNIX_PATH_MAX}-byte "
+        f"AF_UNIX limit: give a shorter --temp-dir (or TMPDIR), at most "
+        f"{AF_UNIX_PATH_MAX - len(SOCKET_SUFFIX) - len('/mpiray-0-12345678-r0000')} characters, e.g. /tmp"
+    )

@@ -1,0 +1,30 @@
+"""The launcher's configuration: one frozen object built from the command line, passed down."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# What rank 0 runs when the user gives no driver command: the RLlib trainer in train/.
+DEFAULT_DRIVER = (sys.executable, "-m", "train")
+
+
+@dataclass(frozen=True)
+class Config:
+    driver: tuple[str, ...] = DEFAULT_DRIVER
+    log_dir: Path = Path("logs")
+    job_id: str | None = None
+    startup_timeout: float = 120.0
+    port: int = 0  # GCS port; 0 picks a free one
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    head_cpus: int | None = None
+    object_store_memory: int | None = None  # bytes per Ray node
+    stop_grace: float = 10.0
+    time_limit: float | None = None
+    interface: str | None = None
+    temp_dir: Path = Path("/tmp")
+    auth: bool = True
+    dashboard: bool = False
+    ray_node_per: str = "rank"  # "rank" or "host"

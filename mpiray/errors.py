@@ -1,0 +1,30 @@
+"""Failures the launcher explains to the user, each with the exit code it ends with."""
+
+
+class LaunchError(Exception):
+    """A failure with a message meant for the user; ends every rank with `exit_code`."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(LaunchError):
+    """Bad input: an option, a path, an interface or a port the user gave."""
+
+    exit_code = 2
+
+
+class StartupTimeout(LaunchError):
+    """A node did not come up within --startup-timeout."""
+
+
+class Interrupted(LaunchError):
+    """SIGTERM/SIGINT reached the rank; ends with 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by signal {signum}", 128 + signum)
+        self.signum = signum

@@ -1,0 +1,570 @@
+"""The launcher's lifecycle, top-down: share the session -> start nodes -> verify -> drive -> stop.
+
+Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker's
+`ray start` runs while the head starts (Ray retries the GCS for ~20 s). Each worker then checks that
+its own node is ALIVE in the GCS and reports; rank 0 runs the driver and sends everyone its exit code.
+Whatever happens, each rank stops exactly the processes it started, then all meet at a barrier and
+exit with the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+from mpiray import commands, network, processes, resources, scheduler
+from mpiray.config import Config
+from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
+from mpiray.gcs import Gcs, NodeInfo
+from mpiray.logs import RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
+from mpiray.mpi import CONTROL, EVENT, HELLO, LOCAL, REPORT, SESSION, Comm, library_version
+from mpiray.signals import StopRequest
+
+TIME_LIMIT_EXIT = 124  # as timeout(1)
+DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
+
+
+@dataclass(frozen=True)
+class Session:
+    """What rank 0 tells every rank before anything starts."""
+
+    job_id: str
+    head_ip: str
+    gcs_address: str
+    token: str | None
+    started: float  # rank 0's time.time() at launch, for "seconds to ready"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A rank's answer after starting (or failing to start) its node."""
+
+    rank: int
+    host: str
+    log: str
+    node_ip: str = ""
+    node_id: str = ""
+    resources: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    versions: dict = field(default_factory=dict)
+    error: str = ""
+
+
+class Shutdown(LaunchError):
+    """Rank 0 told this rank to stop (the reason is in rank 0's log)."""
+
+
+@dataclass
+class Rank:
+    """This rank's state, handed down the lifecycle functions."""
+
+    config: Config
+    comm: Comm
+    host_comm: Comm  # the ranks on this host
+    env: scheduler.Environment
+    log: RankLog
+    stop: StopRequest
+    host: str
+    started: float = field(default_factory=time.time)
+    session: Session | None = None
+    node: subprocess.Popen | None = None
+    node_spec: commands.NodeSpec | None = None
+    temp_dir: Path | None = None
+    driver: subprocess.Popen | None = None
+    view: resources.HostView | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    def check(self) -> None:
+        """Between polls: a stop signal or a message from rank 0 ends the wait."""
+        self.stop.check()
+        if self.rank != 0:
+            message = self.comm.poll(0, CONTROL)
+            if message is not None:
+                raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
+
+
+def run(config: Config, comm: Comm | None = None) -> int:
+    """Run this rank's part of the job; every rank returns the same exit code."""
+    stop = StopRequest()
+    stop.install()
+    processes.become_subreaper()
+    comm = Comm() if comm is None else comm
+    host = socket.gethostname()
+    # A collective: every rank calls it first thing, before any rank can wait on another.
+    host_comm = comm.split_by_host()
+    me = Rank(config, comm, host_comm, scheduler.detect(), RankLog(comm.rank, host), stop, host)
+    # What a rank sees of its host does not depend on the session: send it before waiting for one.
+    me.view = resources.probe_host()
+    if host_comm.rank != 0:
+        host_comm.send(me.view, 0, LOCAL)
+    code = 1
+    try:
+        problem = scheduler.singleton_error(me.env, comm.size)
+        if problem:
+            raise LaunchError(problem)
+        code = lead(me) if me.rank == 0 else follow(me)
+    except Shutdown as shutdown:
+        code = shutdown.exit_code
+        me.log.step(str(shutdown))
+    except Interrupted as interrupted:
+        code = interrupted.exit_code
+        me.log.warning(f"stopping on signal {interrupted.signum}")
+    except LaunchError as error:
+        code = error.exit_code
+        me.log.error(str(error))
+        if me.rank != 0:  # tell rank 0 now rather than let it wait for the startup timeout
+            comm.send(_report(me, error=str(error)), 0, REPORT)
+    except Exception:
+        code = 1
+        me.log.error("unexpected failure:\n" + traceback.format_exc())
+        if me.rank != 0:
+            comm.send(_report(me, error="unexpected failure, see its log"), 0, REPORT)
+    finally:
+        code = finish(me, code)
+    return code
+
+
+# ---- rank 0 ---------------------------------------------------------------------------------
+
+
+def lead(me: Rank) -> int:
+    config = me.config
+    job_id = config.job_id or scheduler.default_job_id(me.env)
+    me.log.open(rank_log_path(config.log_dir, job_id, 0))
+    _log_context(me)
+    head_ip = network.head_address(config.interface)
+    share, ports = plan_host(me, job_id, gcs_port=config.port)
+    token = secrets.token_hex(32) if config.auth else None
+    if not config.auth:
+        me.log.warning("--no-auth: anyone who can reach this cluster's ports can join it and run code")
+    me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+    me.comm.send_to_others(me.session, SESSION)
+    me.log.step(f"Session sent to {me.comm.size - 1} workers: head will be at {me.session.gcs_address}")
+
+    start_node(me, share, ports, head=True)
+    head = wait_until_registered(me)
+    me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
+
+    reports = collect_reports(me, head)
+    check_versions(reports)
+    nodes = [r for r in reports if r.node_id]
+    me.log.step(f"Workers are all running! ({len(reports) - 1} workers, {len(nodes)} Ray nodes)")
+    _print_summary(me, reports)
+    me.log.step("Ready to start driver!")
+    return drive(me, nodes)
+
+
+def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
+    """Every worker's report, in rank order; names the missing ones at the startup timeout."""
+    reports: dict[int, Report] = {0: _report(me, head)}
+    hellos: dict[int, dict] = {}
+    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.started)
+    while len(reports) < me.comm.size:
+        message = me.comm.poll()
+        if message is None:
+            if time.monotonic() >= deadline:
+                raise StartupTimeout(_missing(me, reports, hellos))
+            me.check()
+            time.sleep(me.comm.poll_interval)
+            continue
+        source, tag, payload = message
+        if tag == HELLO:
+            hellos[source] = payload
+            me.log.step(f"Worker on rank {source} with host {payload['host']} is waiting for its node")
+        elif tag == REPORT:
+            if payload.error:
+                raise LaunchError(
+                    f"rank {source} on {payload.host} failed: {payload.error} (log: {payload.log})"
+                )
+            reports[source] = payload
+            what = f"ip {payload.node_ip} is connected! ({_res(payload)}, {payload.seconds:.1f} s)"
+            if not payload.node_id:
+                what = "idle: its host's Ray node runs on the host's first rank"
+            me.log.step(f"Worker on rank {source} with {what}")
+    return [reports[r] for r in sorted(reports)]
+
+
+def _missing(me: Rank, reports: dict, hellos: dict) -> str:
+    lines = []
+    for rank in range(me.comm.size):
+        if rank in reports:
+            continue
+        if rank in hellos:
+            lines.append(f"rank {rank} on {hellos[rank]['host']} (log: {hellos[rank]['log']})")
+        else:
+            lines.append(f"rank {rank} (never received the session; host unknown)")
+    return (
+        f"{len(lines)} worker(s) did not join within --startup-timeout "
+        f"{me.config.startup_timeout:g} s: " + "; ".join(lines)
+    )
+
+
+def check_versions(reports: list[Report]) -> None:
+    """All ranks must run the same Ray and Python: a mixed cluster fails in obscure ways later."""
+    seen = {tuple(sorted(r.versions.items())) for r in reports}
+    if len(seen) > 1:
+        per_rank = "; ".join(
+            f"rank {r.rank} on {r.host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.versions.items()))
+            for r in reports
+        )
+        raise LaunchError(f"ranks run different versions, refusing to start: {per_rank}")
+
+
+def drive(me: Rank, nodes: list[Report]) -> int:
+    """Run the driver with the cluster in its environment; its exit code is the job's."""
+    config, session = me.config, me.session
+    env = commands.node_env(dict(os.environ), None, _token_path(me))
+    env.update(
+        RAY_ADDRESS=session.gcs_address,
+        MPIRAY_JOB_ID=session.job_id,
+        MPIRAY_LOG_DIR=str(config.log_dir),
+        MPIRAY_NUM_NODES=str(len(nodes)),
+        MPIRAY_TOTAL_CPUS=str(int(sum(r.resources.get("CPU", 0) for r in nodes))),
+        MPIRAY_TOTAL_GPUS=str(int(sum(r.resources.get("GPU", 0) for r in nodes))),
+        MPIRAY_HEAD_IP=session.head_ip,
+    )
+    out_path = job_log_dir(config.log_dir, session.job_id) / "driver.log"
+    try:
+        me.driver = processes.start(config.driver, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as error:
+        raise ConfigError(f"cannot start the driver {list(config.driver)}: {error.strerror}") from None
+    me.log.step(f"Driver started (pid {me.driver.pid}): {' '.join(config.driver)}; output also in {out_path}")
+    tees = _tee(me.driver, out_path)
+    limit = time.monotonic() + config.time_limit if config.time_limit else None
+    code = None
+    while code is None:
+        try:
+            returncode = me.driver.wait(timeout=DRIVER_POLL)
+            code = processes.exit_code(returncode)
+            me.log.step(f"Driver exited with code {code}")
+        except subprocess.TimeoutExpired:
+            pass
+        if code is None and me.stop.signum is not None:
+            me.log.warning(f"signal {me.stop.signum}: SIGTERM to the driver, {config.stop_grace:g} s to finish")
+            processes.stop_group(me.driver, config.stop_grace)
+            code = 128 + me.stop.signum
+        if code is None and limit is not None and time.monotonic() >= limit:
+            me.log.error(f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL after {config.stop_grace:g} s")
+            processes.stop_group(me.driver, config.stop_grace)
+            code = TIME_LIMIT_EXIT
+        event = me.comm.poll(tag=EVENT)
+        if event is not None:
+            me.log.warning(f"rank {event[0]}: {event[2]}")
+    for tee in tees:
+        tee.join(timeout=5)
+    return code
+
+
+def _tee(proc: subprocess.Popen, path: Path) -> list[threading.Thread]:
+    """Copy the driver's stdout/stderr to ours and to driver.log, line by line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(path, "ab", buffering=0)
+    lock = threading.Lock()
+
+    def pump(pipe, target):
+        for line in iter(pipe.readline, b""):
+            with lock:
+                log.write(line)
+            target.write(line)
+            target.flush()
+        pipe.close()
+
+    threads = [
+        threading.Thread(target=pump, args=(proc.stdout, sys.stdout.buffer), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, sys.stderr.buffer), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+# ---- ranks 1..N-1 -----------------------------------------------------------------------------
+
+
+def follow(me: Rank) -> int:
+    me.log.step("Waiting for broadcast...")
+    deadline = time.monotonic() + me.config.startup_timeout
+    session = me.comm.receive(0, SESSION, deadline, me.check)
+    if session is None:
+        raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
+    me.session = session
+    me.log.open(rank_log_path(me.config.log_dir, session.job_id, me.rank))
+    _log_context(me)
+    me.comm.send({"host": me.host, "log": str(me.log.path)}, 0, HELLO)
+    share, ports = plan_host(me, session.job_id)
+    if share is None:
+        me.log.step("Ray node per host: this host's first rank runs the node; this rank stays idle")
+        me.comm.send(_report(me), 0, REPORT)
+    else:
+        start_node(me, share, ports, head=False)
+        me.log.step(f"Worker on rank {me.rank} with ip {me.node_spec.node_ip} will connect to {session.gcs_address}")
+        node = wait_until_registered(me)
+        me.log.step(f"Worker on rank {me.rank} with ip {node.ip} is connected! (node {node.node_id[:12]}, {_res(node)})")
+        me.comm.send(_report(me, node), 0, REPORT)
+    return wait_for_end(me)
+
+
+def wait_for_end(me: Rank) -> int:
+    """Idle (sleeping between polls) until rank 0 sends the exit code."""
+    reported_death = False
+    signalled_at = None
+    while True:
+        message = me.comm.poll(0, CONTROL)
+        if message is not None:
+            me.log.step(f"Rank 0 ended the job with exit code {message[2]}")
+            return message[2]
+        if me.node is not None and me.node.poll() is not None and not reported_death:
+            reported_death = True
+            what = f"its Ray node exited with code {processes.exit_code(me.node.returncode)} (see {ray_output_path(me.config.log_dir, me.session.job_id, me.rank)})"
+            me.log.error(what)
+            me.comm.send(what, 0, EVENT)
+        if me.stop.signum is not None:
+            # Rank 0 got the same signal and is giving the driver its grace period: wait for it.
+            signalled_at = signalled_at or time.monotonic()
+            if time.monotonic() - signalled_at > me.config.stop_grace + 10:
+                raise Interrupted(me.stop.signum)
+        time.sleep(DRIVER_POLL)
+
+
+# ---- both ---------------------------------------------------------------------------------------
+
+
+def plan_host(me: Rank, job_id: str, gcs_port: int = 0):
+    """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
+    host_comm = me.host_comm
+    deadline = time.monotonic() + me.config.startup_timeout
+    if host_comm.rank == 0:
+        views = [me.view] + [host_comm.receive(r, LOCAL, deadline, me.check) for r in range(1, host_comm.size)]
+        if None in views:
+            raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
+        plans = _plan_for(me, views, job_id, gcs_port)
+        for local, plan in enumerate(plans[1:], start=1):
+            host_comm.send(plan, local, LOCAL)
+        plan = plans[0]
+    else:
+        plan = host_comm.receive(0, LOCAL, deadline, me.check)
+        if plan is None:
+            raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
+    host_comm.flush(5)
+    if isinstance(plan, str):
+        raise ConfigError(plan)
+    return plan
+
+
+def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
+    """The local leader's plan for every rank of the host: (Share, NodePorts), None, or an error."""
+    config = me.config
+    if config.ray_node_per == "host":
+        merged = resources.HostView(
+            views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
+            views[0].memory, views[0].shm, views[0].gpu_ids,
+        )
+        views, idle = [merged], len(views) - 1
+    else:
+        idle = 0
+    problem = resources.check_object_store(config.object_store_memory, views[0], len(views))
+    if problem:
+        return [problem] * (len(views) + idle)
+    try:
+        base = network.free_block(job_id, len(views), reserved=gcs_port)
+    except ConfigError as error:
+        return [str(error)] * (len(views) + idle)
+    plans = []
+    for index in range(len(views)):
+        share = resources.split_host(
+            views, index,
+            cpus_per_task=me.env.cpus_per_task,
+            num_cpus=config.head_cpus if (me.rank == 0 and index == 0 and config.head_cpus is not None) else config.num_cpus,
+            num_gpus=config.num_gpus,
+            object_store_memory=config.object_store_memory,
+        )
+        ports = network.node_ports(base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
+        plans.append((share, ports))
+    return plans + [(None, None)] * idle
+
+
+def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> None:
+    config, session = me.config, me.session
+    if head and config.port and not network.port_is_free(config.port):
+        raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
+    me.temp_dir = make_temp_dir(config.temp_dir, session.job_id, me.rank)
+    token_path = str(_write_token(me)) if session.token else None
+    node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
+    me.node_spec = commands.NodeSpec(node_ip, str(me.temp_dir), share, ports, f"{me.host}-rank{me.rank}")
+    ray = commands.ray_executable()
+    argv = commands.head_command(ray, me.node_spec, dashboard=config.dashboard) if head else \
+        commands.worker_command(ray, me.node_spec, session.gcs_address)
+    for note in share.notes:
+        me.log.step(f"Resources: {note}")
+    me.log.step(
+        f"Resources given to Ray: {share.cpus} CPUs, GPUs [{','.join(share.gpu_ids)}], "
+        f"memory {share.memory >> 20} MiB, object store {share.object_store >> 20} MiB"
+    )
+    me.log.step(f"Ports: block {ports.node_manager - 1}-{ports.max_worker}" + (f", GCS {ports.gcs}" if head else ""))
+    output = ray_output_path(config.log_dir, session.job_id, me.rank)
+    me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
+    me.log.step(f"Ray output: {output}; Ray session logs: {me.temp_dir}/session_latest/logs (kept in {ray_session_logs_path(config.log_dir, session.job_id, me.rank)})")
+    with open(output, "ab") as out:
+        me.node = processes.start(argv, env=commands.node_env(dict(os.environ), share.gpu_ids, token_path), stdout=out, stderr=subprocess.STDOUT)
+    if head and config.dashboard:
+        me.log.step(f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265")
+    # The launcher's own GCS queries need the token too.
+    os.environ.update({k: v for k, v in commands.node_env({}, None, token_path).items() if k.startswith("RAY_AUTH")})
+
+
+def make_temp_dir(root: Path, job_id: str, rank: int) -> Path:
+    """A short, private temp dir for this job and rank: Ray's socket paths must fit 107 bytes."""
+    tag = secrets.token_hex(2)
+    path = root / f"mpiray-{os.getuid()}-{_short(job_id)}{tag}-r{rank}"
+    problem = commands.socket_path_problem(str(path))
+    if problem:
+        raise ConfigError(problem)
+    try:
+        path.mkdir(mode=0o700, parents=False)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) at a "
+            f"writable node-local directory"
+        ) from None
+    return path
+
+
+def _short(job_id: str) -> str:
+    return hashlib.sha1(job_id.encode()).hexdigest()[:6]
+
+
+def _write_token(me: Rank) -> Path:
+    path = me.temp_dir / "auth_token"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(me.session.token)
+    except OSError as error:
+        raise ConfigError(f"cannot write the token file {path}: {error.strerror}") from None
+    return path
+
+
+def _token_path(me: Rank) -> str | None:
+    return str(me.temp_dir / "auth_token") if me.session and me.session.token and me.temp_dir else None
+
+
+def wait_until_registered(me: Rank) -> NodeInfo:
+    """Poll the GCS until this rank's own node is ALIVE; fail fast if `ray start` exits."""
+    gcs = Gcs(me.session.gcs_address)
+    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
+    last_error = "no answer yet"
+    while True:
+        if me.node.poll() is not None:
+            output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
+            raise LaunchError(
+                f"`ray start` exited with code {processes.exit_code(me.node.returncode)} before its node "
+                f"joined: {_tail(output)} (full output: {output})"
+            )
+        try:
+            node = gcs.find(str(me.temp_dir), timeout=1.0)
+            if node is not None:
+                return node
+            last_error = "GCS answers, node not registered yet"
+        except Exception as error:  # the GCS is not up yet
+            last_error = f"{type(error).__name__}: {error}"
+        if time.monotonic() >= deadline:
+            raise StartupTimeout(
+                f"this rank's Ray node did not join {me.session.gcs_address} within --startup-timeout "
+                f"{me.config.startup_timeout:g} s (last: {last_error})"
+            )
+        me.check()
+        time.sleep(me.comm.poll_interval)
+
+
+def finish(me: Rank, code: int) -> int:
+    """Stop the driver and this rank's Ray, keep the logs, meet the other ranks, return the code."""
+    config = me.config
+    if me.rank == 0:
+        me.comm.send_to_others(code, CONTROL)
+    if me.driver is not None and me.driver.poll() is None:
+        processes.stop_group(me.driver, config.stop_grace)
+    report = processes.stop_descendants([me.node] if me.node else [], config.stop_grace)
+    if report.terminated or report.killed:
+        me.log.step(
+            f"Stopped {report.terminated + report.killed} processes this rank started in "
+            f"{report.seconds:.1f} s ({report.killed} needed SIGKILL)"
+        )
+    if me.temp_dir is not None:
+        _keep_ray_logs(me)
+        shutil.rmtree(me.temp_dir, ignore_errors=True)
+    me.comm.flush(5)
+    if not me.comm.barrier(config.stop_grace + 30):
+        me.log.warning("not every rank reached the end (one may have died): exiting anyway")
+    me.log.step(f"Exit code {code}")
+    fallback = rank_log_path(config.log_dir, "unknown-job", me.rank)
+    me.log.close(fallback)
+    return code
+
+
+def _keep_ray_logs(me: Rank) -> None:
+    sessions = sorted(p for p in me.temp_dir.glob("session_2*") if (p / "logs").is_dir())
+    if sessions and me.session:
+        target = ray_session_logs_path(me.config.log_dir, me.session.job_id, me.rank)
+        shutil.move(str(sessions[-1] / "logs"), str(target))
+
+
+def _report(me: Rank, node: NodeInfo | None = None, error: str = "") -> Report:
+    return Report(
+        rank=me.rank,
+        host=me.host,
+        log=str(me.log.path or ""),
+        node_ip=node.ip if node else "",
+        node_id=node.node_id if node else "",
+        resources=node.resources if node else {},
+        seconds=time.time() - (me.session.started if me.session else me.started),
+        versions={"ray": version("ray"), "python": platform.python_version()},
+        error=error,
+    )
+
+
+def _res(node) -> str:
+    res = node.resources
+    return f"{res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs, {res.get('memory', 0) / 2**30:.1f} GiB"
+
+
+def _log_context(me: Rank) -> None:
+    me.log.step(
+        f"mpiray on {me.host} (pid {os.getpid()}): rank {me.rank} of {me.comm.size}, {me.env.describe()}, "
+        f"{library_version()}, Ray {version('ray')}, Python {platform.python_version()}"
+    )
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    useful = [line.strip() for line in text if line.strip()][-lines:]
+    return " | ".join(useful) or "(no output)"
+
+
+def _print_summary(me: Rank, reports: list[Report]) -> None:
+    ready = time.time() - me.started
+    nodes = [r for r in reports if r.node_id]
+    print(
+        f"mpiray: job {me.session.job_id}: {len(nodes)} Ray nodes on {len({r.host for r in reports})} "
+        f"hosts ready in {ready:.1f} s ({me.env.describe()}); head {me.session.gcs_address}",
+        flush=True,
+    )
+    for r in reports:
+        print(f"  rank {r.rank:>4}  {r.host:<20} {r.node_ip or '-':<15} {_res(r) if r.node_id else 'idle':<36} {r.seconds:5.1f} s", flush=True)

@@ -1,0 +1,70 @@
+"""The per-rank log: one timestamped line per startup step, in LOG_DIR/JOB_ID/rank-NNNN.log."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+def job_log_dir(log_dir: Path, job_id: str) -> Path:
+    return log_dir / job_id
+
+
+def rank_log_path(log_dir: Path, job_id: str, rank: int) -> Path:
+    return job_log_dir(log_dir, job_id) / f"rank-{rank:04d}.log"
+
+
+def ray_output_path(log_dir: Path, job_id: str, rank: int) -> Path:
+    """Where the stdout/stderr of this rank's `ray start` go."""
+    return job_log_dir(log_dir, job_id) / f"rank-{rank:04d}.ray.log"
+
+
+def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
+    """Where Ray's own session logs of this rank are kept after teardown."""
+    return job_log_dir(log_dir, job_id) / f"ray-rank-{rank:04d}"
+
+
+class RankLog:
+    """Lines written before the job id is known (workers learn it from rank 0) wait in memory."""
+
+    def __init__(self, rank: int, host: str):
+        self.rank = rank
+        self.host = host
+        self.path: Path | None = None
+        self._file: TextIO | None = None
+        self._pending: list[str] = []
+
+    def open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", buffering=1)
+        for line in self._pending:
+            self._file.write(line)
+        self._pending.clear()
+
+    def step(self, message: str) -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        line = f"{stamp} rank {self.rank} ({self.host}): {message}\n"
+        if self._file:
+            self._file.write(line)
+        else:
+            self._pending.append(line)
+
+    def warning(self, message: str) -> None:
+        self.step(f"WARNING: {message}")
+        print(f"mpiray: rank {self.rank} ({self.host}): warning: {message}", file=sys.stderr, flush=True)
+
+    def error(self, message: str) -> None:
+        self.step(f"ERROR: {message}")
+        where = f" (log: {self.path})" if self.path else ""
+        print(f"mpiray: rank {self.rank} ({self.host}): error: {message}{where}", file=sys.stderr, flush=True)
+
+    def close(self, fallback: Path | None = None) -> None:
+        if self._file is None and self._pending and fallback is not None:
+            self.open(fallback)  # never learned the job id: keep what happened anyway
+        if self._file:
+            self._file.close()
+            self._file = None

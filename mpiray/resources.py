@@ -1,0 +1,144 @@
+"""What each rank gives Ray: its share of the host's CPUs, GPUs and memory.
+
+Ranks on one host split the host so that the sum of what they offer never exceeds it; Ray left alone
+would let each of them count every core and take 30% of the host's memory for its object store.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import psutil
+
+OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
+SHM_HEADROOM = 0.9  # keep some of /dev/shm for everything else on the host
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What one rank sees of its host (probed once, sent to the other ranks of the host)."""
+
+    hostname: str
+    affinity: tuple[int, ...]
+    memory: int  # bytes this job may use on the host
+    shm: int  # bytes of /dev/shm
+    gpu_ids: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Share:
+    cpus: int
+    gpu_ids: tuple[str, ...]
+    memory: int  # Ray's "memory" resource, object store excluded
+    object_store: int
+    notes: tuple[str, ...] = ()
+
+
+def _cgroup_memory_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            return int(text)
+    return None
+
+
+def visible_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if name in environ:
+            return tuple(x for x in environ[name].split(",") if x.strip() != "")
+    return tuple(sorted(os.path.basename(p)[len("nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")))
+
+
+def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
+    environ = os.environ if environ is None else environ
+    memory = psutil.virtual_memory().total
+    for limit in (_cgroup_memory_limit(), _slurm_memory(environ)):
+        if limit:
+            memory = min(memory, limit)
+    try:
+        shm = shutil.disk_usage("/dev/shm").total
+    except OSError:
+        shm = 0
+    return HostView(
+        hostname=socket.gethostname(),
+        affinity=tuple(sorted(os.sched_getaffinity(0))),
+        memory=memory,
+        shm=shm,
+        gpu_ids=visible_gpus(environ),
+    )
+
+
+def _slurm_memory(environ: Mapping[str, str]) -> int | None:
+    text = environ.get("SLURM_MEM_PER_NODE", "")
+    return int(text) * 2**20 if text.isdigit() and int(text) > 0 else None
+
+
+def _even_share(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def split_host(
+    views: list[HostView],
+    index: int,
+    *,
+    cpus_per_task: int | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    object_store_memory: int | None = None,
+) -> Share:
+    """The share of the index-th of the ranks (views) that run a Ray node on one host."""
+    notes = []
+    parts = len(views)
+    own = views[index]
+    masks = [set(v.affinity) for v in views]
+    disjoint = sum(len(m) for m in masks) == len(set().union(*masks))
+    if disjoint:  # bound by srun/aprun/mpirun: each rank owns its mask
+        cpus = len(own.affinity)
+        notes.append(f"CPU binding: {cpus} CPUs in this rank's affinity mask")
+    else:
+        host_cpus = len(set().union(*masks))
+        cpus = _even_share(host_cpus, parts, index)
+        notes.append(f"{host_cpus} host CPUs shared by {parts} ranks: {cpus} for this rank")
+    if cpus_per_task and cpus_per_task < cpus:
+        cpus = cpus_per_task
+        notes.append(f"scheduler allots {cpus_per_task} CPUs per task")
+    if num_cpus is not None:
+        cpus = num_cpus
+        notes.append(f"--num-cpus {num_cpus}")
+
+    gpus = own.gpu_ids[index::parts] if parts > 1 else own.gpu_ids
+    if num_gpus is not None:
+        gpus = gpus[:num_gpus] if num_gpus <= len(gpus) else tuple(str(i) for i in range(num_gpus))
+
+    memory = own.memory // parts
+    shm_share = int(own.shm * SHM_HEADROOM) // parts
+    store = object_store_memory or int(memory * OBJECT_STORE_FRACTION)
+    if store > shm_share and object_store_memory is None:
+        notes.append(
+            f"object store {store >> 20} MiB does not fit this rank's share of /dev/shm "
+            f"({shm_share >> 20} MiB): using {shm_share >> 20} MiB"
+        )
+        store = shm_share
+    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes))
+
+
+def check_object_store(object_store_memory: int | None, view: HostView, parts: int) -> str | None:
+    """The problem with an explicit --object-store-memory on this host, if any."""
+    if object_store_memory is None:
+        return None
+    for what, limit in (("memory", view.memory), ("/dev/shm", int(view.shm * SHM_HEADROOM))):
+        if object_store_memory * parts > limit:
+            return (
+                f"--object-store-memory {object_store_memory >> 20} MiB x {parts} Ray nodes on "
+                f"{view.hostname} does not fit its {what} ({limit >> 20} MiB usable): give at most "
+                f"{limit // parts >> 20}M"
+            )
+    return None
