@@ -1,0 +1,1 @@
+"""The multi-host Slurm testbed (network namespaces on one machine); see README.md."""

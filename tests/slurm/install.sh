@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the Slurm testbed (tests/slurm/testbed.py) needs.
+# Idempotent: does nothing, not even `apt-get update`, when they are all installed.
+set -euo pipefail
+
+# slurm-wlm is just these three; --no-install-recommends skips ~20 plugin/-dev packages.
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname)
+
+missing=()
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if ((${#missing[@]} == 0)); then
+    echo "slurm testbed packages already installed"
+    exit 0
+fi
+if ((EUID != 0)); then
+    echo "install.sh: needs root to install: ${missing[*]}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

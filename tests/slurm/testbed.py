@@ -1,0 +1,702 @@
+"""A three-host Slurm cluster on one machine, for testing the launcher under real srun/sbatch.
+
+Each compute node is a network namespace with its own address on a private bridge, its own
+hostname (UTS namespace) and its own slurmd; slurmctld and munged run in the root namespace.
+The nodes share the PID space, the filesystem (/tmp, $HOME) and the CPUs with each other and
+with the host, like the nodes of a shared HPC machine.
+
+    python tests/slurm/testbed.py up | down | status | env
+
+Needs root, iproute2, nsenter/unshare and the Debian packages from tests/slurm/install.sh.
+One testbed per machine: the namespace, bridge and host names are fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STATE_DIR_ENV = "MPIRAY_TESTBED_DIR"
+KEEP_ENV = "MPIRAY_KEEP_TESTBED"
+DEFAULT_STATE_DIR = Path("/tmp/mpiray-slurm")
+# Marks a state directory as ours, so that down() never deletes a directory it did not make.
+MARKER_FILE = ".mpiray-testbed"
+
+SUBNET = ipaddress.ip_network("10.77.0.0/24")
+CONTROLLER_IP = "10.77.0.1"
+BRIDGE = "mpiray-br0"
+NODE_COUNT = 3
+CPUS_PER_NODE = 2
+REAL_MEMORY_MB = 1024
+# Not the Slurm defaults (6817/6818), so that a real Slurm on a workstation is left alone.
+SLURMCTLD_PORT = 16817
+SLURMD_PORT = 16818
+PARTITION = "testbed"
+KILL_WAIT_S = 10
+MIN_JOB_AGE_S = 10
+NETNS_DIR = Path("/var/run/netns")
+HOSTS_FILE = Path("/etc/hosts")
+HOSTS_BEGIN = "# BEGIN mpiray slurm testbed (tests/slurm/testbed.py)"
+HOSTS_END = "# END mpiray slurm testbed"
+
+COMMAND_TIMEOUT_S = 30
+UP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.2
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not be brought up or down; the message names the log to read."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    name: str  # Slurm NodeName, hostname inside the node, network namespace and /etc/hosts name
+    ip: str
+    veth: str  # host end of the veth pair; the node end is eth0 inside the namespace
+
+    @property
+    def netns_path(self) -> Path:
+        return NETNS_DIR / self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...
+    exit_code: int
+    signal: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Testbed:
+    """Where a testbed lives; describes it whether or not it is up."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    state_dir: Path
+    nodes: tuple[Node, ...]
+    controller_ip: str = CONTROLLER_IP
+    partition: str = PARTITION
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state_dir / "slurm.conf"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def pid_dir(self) -> Path:
+        return self.state_dir / "pid"
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.state_dir / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket.2"
+
+    @property
+    def jobcomp_path(self) -> Path:
+        return self.state_dir / "jobcomp.txt"
+
+    @property
+    def slurmctld_log(self) -> Path:
+        return self.log_dir / "slurmctld.log"
+
+    def slurmd_log(self, node: Node) -> Path:
+        return self.log_dir / f"slurmd-{node.name}.log"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [node.name for node in self.nodes]
+
+    @property
+    def node_ips(self) -> list[str]:
+        return [node.ip for node in self.nodes]
+
+    @property
+    def nodelist(self) -> str:
+        return ",".join(self.node_names)
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for srun/sbatch/sinfo/sacct against this testbed.
+
+        Drops SLURM_* and PMI* variables inherited from an enclosing job, so that srun does not
+        try to join an allocation of another cluster.
+        """
+        env = dict(os.environ if base is None else base)
+        for name in list(env):
+            if name.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "PMI", "PMIX_")):
+                del env[name]
+        env["SLURM_CONF"] = str(self.conf_path)
+        return env
+
+    def node_states(self) -> dict[str, str]:
+        """Slurm state of each node as sinfo reports it (idle, mixed, down*, ...); {} if none."""
+        result = self.run(["sinfo", "--noheader", "--Node", "--format=%N %T"],
+                          timeout=COMMAND_TIMEOUT_S)
+        if result.returncode != 0:
+            return {}
+        return dict(line.split() for line in result.stdout.splitlines())
+
+    def run(self, cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (srun, sbatch, ...) against this testbed; text output."""
+        kwargs.setdefault("capture_output", True)
+        return subprocess.run(cmd, env=self.env(kwargs.pop("env", None)), text=True,
+                              timeout=timeout, **kwargs)
+
+    def job_result(self, job_id: int | str) -> JobResult | None:
+        """How a job ended, from the job completion log (`sacct --completion`); None until then.
+
+        There is no slurmdbd, so plain `sacct` answers "accounting storage is disabled".
+        """
+        result = self.run(["sacct", "--completion", f"--jobs={job_id}", "--noheader",
+                           "--parsable2", "--format=JobID,State,ExitCode"],
+                          timeout=COMMAND_TIMEOUT_S, check=True)
+        for line in result.stdout.splitlines():
+            record_id, state, exit_code = line.split("|")
+            if record_id == str(job_id):
+                code, sig = exit_code.split(":")
+                return JobResult(state=state.split()[0], exit_code=int(code), signal=int(sig))
+        return None
+
+    def wait_for_job(self, job_id: int | str, timeout: float) -> JobResult:
+        """Poll until the job has ended; quicker than `sbatch --wait`, which sleeps 8 s at once."""
+        deadline = time.monotonic() + timeout
+        while (result := self.job_result(job_id)) is None:
+            if time.monotonic() > deadline:
+                raise TestbedError(f"job {job_id} did not end within {timeout:.0f} s")
+            time.sleep(POLL_INTERVAL_S)
+        return result
+
+
+def describe(state_dir: str | Path | None = None) -> Testbed:
+    """The testbed's layout, without touching the machine."""
+    if state_dir is None:
+        state_dir = os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+    hosts = list(SUBNET.hosts())
+    nodes = tuple(
+        Node(name=f"mpiray-node{i}", ip=str(hosts[9 + i]), veth=f"mpiray-veth{i}")
+        for i in range(1, NODE_COUNT + 1)
+    )
+    return Testbed(state_dir=Path(state_dir).resolve(), nodes=nodes)
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot host the testbed at all (not root, no netns), or None."""
+    if os.geteuid() != 0:
+        return "the Slurm testbed needs root (network namespaces, bridge, /etc/hosts)"
+    for tool in ("ip", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            return f"the Slurm testbed needs `{tool}` (iproute2 / util-linux)"
+    for probe in (["ip", "netns", "list"], ["unshare", "--net", "true"]):
+        result = subprocess.run(probe, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        if result.returncode != 0:
+            return f"no network namespaces here: `{' '.join(probe)}`: {result.stderr.strip()}"
+    return None
+
+
+# --- slurm.conf -----------------------------------------------------------------------------
+
+
+def slurm_conf(testbed: Testbed, controller_host: str) -> str:
+    """slurm.conf text: no cgroups, no database, per-node spool/pid/log via %n."""
+    state = testbed.state_dir
+    lines = [
+        "# Written by tests/slurm/testbed.py; removed by `testbed.py down`.",
+        "ClusterName=mpiray-testbed",
+        f"SlurmctldHost={controller_host}({testbed.controller_ip})",
+        f"SlurmctldPort={SLURMCTLD_PORT}",
+        f"SlurmdPort={SLURMD_PORT}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={testbed.munge_socket}",
+        f"StateSaveLocation={state}/ctld",
+        f"SlurmdSpoolDir={state}/spool/%n",
+        f"SlurmctldPidFile={state}/run/slurmctld.pid",
+        f"SlurmdPidFile={state}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={testbed.slurmctld_log}",
+        f"SlurmdLogFile={testbed.log_dir}/slurmd-%n.log",
+        f"PlugStackConfig={state}/plugstack.conf",
+        # cgroups are not usable from inside the namespaces (see TESTBED.md).
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SwitchType=switch/none",
+        # None on purpose: tests pass --mpi=pmi2 so that a plain srun gives MPI singletons.
+        "MpiDefault=none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # Nodes share the machine's cores; do not drain them for having fewer than declared.
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        f"KillWait={KILL_WAIT_S}",
+        # sbatch --wait sleeps 2 s, then 4x longer while under MinJobAge/2 and 32 s: 10 gives
+        # polls at 2, 10, 18... s (300 would give 2, 10, 42, 74...). Finished jobs then leave
+        # scontrol after ~10 s; `sacct --completion` keeps them.
+        f"MinJobAge={MIN_JOB_AGE_S}",
+        "InactiveLimit=0",
+        "SlurmdTimeout=60",
+        # No slurmdbd: `sacct --completion` reads the job completion file instead.
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={testbed.jobcomp_path}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+    ]
+    for node in testbed.nodes:
+        lines.append(
+            f"NodeName={node.name} NodeAddr={node.ip} NodeHostname={node.name} "
+            f"CPUs={CPUS_PER_NODE} RealMemory={REAL_MEMORY_MB} State=UNKNOWN"
+        )
+    lines.append(
+        f"PartitionName={testbed.partition} Nodes={testbed.nodelist} Default=YES "
+        "MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+    )
+    return "\n".join(lines) + "\n"
+
+
+# --- commands and processes ------------------------------------------------------------------
+
+
+def _run(cmd: list[str], *, env: dict[str, str] | None = None, check: bool = True,
+         timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise TestbedError(f"`{' '.join(cmd)}` did not finish within {timeout} s") from error
+    if check and result.returncode != 0:
+        raise TestbedError(
+            f"`{' '.join(cmd)}` exited {result.returncode}: {result.stderr.strip()}"
+        )
+    return result
+
+
+def _process_start_time(pid: int) -> str | None:
+    """Kernel start time of pid (guards against PID reuse), or None if it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        _reap(pid)
+        return None
+    return fields[19]
+
+
+# Daemons this process started: a running Popen that is garbage collected warns.
+_started: dict[int, subprocess.Popen] = {}
+
+
+def _reap(pid: int) -> None:
+    # Daemons started by this process become its zombies when they exit; others are init's.
+    process = _started.pop(pid, None)
+    if process is not None:
+        process.poll()
+
+
+def _alive(pid: int) -> bool:
+    return _process_start_time(pid) is not None
+
+
+def _pid_file(testbed: Testbed, daemon: str) -> Path:
+    return testbed.pid_dir / f"{daemon}.pid"
+
+
+def _read_daemon_pid(testbed: Testbed, daemon: str) -> int | None:
+    """PID of a daemon this testbed started, if that very process still runs."""
+    try:
+        pid_text, start_time = _pid_file(testbed, daemon).read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    pid = int(pid_text)
+    return pid if _process_start_time(pid) == start_time else None
+
+
+def _start_daemon(testbed: Testbed, daemon: str, cmd: list[str], **popen_kwargs) -> int:
+    """Start a foreground daemon in its own session; record PID and start time."""
+    output = testbed.log_dir / f"{daemon}.out"
+    with open(output, "ab") as out:
+        process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, **popen_kwargs,
+        )
+    _started[process.pid] = process
+    start_time = _process_start_time(process.pid) or "0"
+    _pid_file(testbed, daemon).write_text(f"{process.pid} {start_time}\n")
+    return process.pid
+
+
+def _terminate(pids: list[int], timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, wait until the deadline, then SIGKILL whatever is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = [pid for pid in pids if _alive(pid)]
+            if not pids:
+                return
+            time.sleep(POLL_INTERVAL_S)
+    if pids:
+        raise TestbedError(f"processes {pids} survived SIGKILL")
+
+
+def _netns_inode(node: Node) -> tuple[int, int] | None:
+    try:
+        st = os.stat(node.netns_path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def processes_on(node: Node) -> list[int]:
+    """PIDs of every process living on the node (its network namespace): slurmd, jobs, Ray."""
+    inode = _netns_inode(node)
+    if inode is None:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            st = os.stat(entry / "ns" / "net")
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue
+        if (st.st_dev, st.st_ino) == inode and _alive(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+# --- network ---------------------------------------------------------------------------------
+
+
+def _link_exists(name: str) -> bool:
+    return _run(["ip", "link", "show", name], check=False).returncode == 0
+
+
+def _check_subnet_free() -> None:
+    addresses = _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines()
+    for line in addresses:
+        fields = line.split()
+        interface, cidr = fields[1], fields[3]
+        if interface != BRIDGE and ipaddress.ip_interface(cidr).network.overlaps(SUBNET):
+            raise TestbedError(
+                f"{SUBNET} is already used on this machine ({interface} has {cidr}); "
+                "the testbed needs it for its private bridge"
+            )
+
+
+def _create_network(testbed: Testbed) -> None:
+    prefix = SUBNET.prefixlen
+    _check_subnet_free()
+    _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    _run(["ip", "addr", "add", f"{testbed.controller_ip}/{prefix}", "dev", BRIDGE])
+    _run(["ip", "link", "set", BRIDGE, "up"])
+    for node in testbed.nodes:
+        peer = f"{node.veth}p"
+        _run(["ip", "netns", "add", node.name])
+        _run(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", peer])
+        _run(["ip", "link", "set", peer, "netns", node.name])
+        _run(["ip", "-n", node.name, "link", "set", peer, "name", "eth0"])
+        _run(["ip", "-n", node.name, "addr", "add", f"{node.ip}/{prefix}", "dev", "eth0"])
+        _run(["ip", "-n", node.name, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", node.name, "link", "set", "lo", "up"])
+        _run(["ip", "link", "set", node.veth, "master", BRIDGE])
+        _run(["ip", "link", "set", node.veth, "up"])
+
+
+def _delete_network(testbed: Testbed) -> None:
+    # Deleting a veth end deletes its peer; deleting the namespace does so too, but later,
+    # asynchronously. So the veth first, and "already gone" is fine.
+    for link in [node.veth for node in testbed.nodes] + [BRIDGE]:
+        result = _run(["ip", "link", "delete", link], check=False)
+        if result.returncode != 0 and _link_exists(link):
+            raise TestbedError(f"cannot delete {link}: {result.stderr.strip()}")
+    for node in testbed.nodes:
+        if node.netns_path.exists():
+            _run(["ip", "netns", "delete", node.name])
+
+
+def _hosts_without_block(text: str) -> str:
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if line.rstrip("\n") == HOSTS_BEGIN:
+            inside = True
+        elif line.rstrip("\n") == HOSTS_END and inside:
+            inside = False
+        elif not inside:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _write_hosts(text: str) -> None:
+    # In place, not by rename: /etc/hosts is often a bind mount in containers.
+    with open(HOSTS_FILE, "r+") as hosts:
+        hosts.seek(0)
+        hosts.write(text)
+        hosts.truncate()
+
+
+def _add_hosts_block(testbed: Testbed) -> None:
+    text = _hosts_without_block(HOSTS_FILE.read_text())
+    if text and not text.endswith("\n"):
+        text += "\n"
+    block = [HOSTS_BEGIN] + [f"{node.ip} {node.name}" for node in testbed.nodes] + [HOSTS_END]
+    _write_hosts(text + "\n".join(block) + "\n")
+
+
+def _remove_hosts_block() -> None:
+    text = HOSTS_FILE.read_text()
+    if HOSTS_BEGIN in text:
+        _write_hosts(_hosts_without_block(text))
+
+
+# --- daemons ---------------------------------------------------------------------------------
+
+
+def _daemon_names(testbed: Testbed) -> list[str]:
+    return ["munged", "slurmctld"] + [f"slurmd-{node.name}" for node in testbed.nodes]
+
+
+def _daemon_log(testbed: Testbed, daemon: str) -> Path:
+    if daemon == "munged":
+        return testbed.munge_dir / "munged.log"
+    if daemon == "slurmctld":
+        return testbed.slurmctld_log
+    return testbed.log_dir / f"{daemon}.log"
+
+
+def _make_state_dir(testbed: Testbed) -> None:
+    state = testbed.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    (state / MARKER_FILE).touch()
+    # run/: Slurm's own pid files; pid/: ours, with start times, which down() trusts.
+    for sub in ("ctld", "run", "log", "pid"):
+        (state / sub).mkdir(exist_ok=True)
+    for node in testbed.nodes:
+        (state / "spool" / node.name).mkdir(parents=True, exist_ok=True)
+    (state / "plugstack.conf").write_text("")
+    testbed.conf_path.write_text(slurm_conf(testbed, socket.gethostname().split(".")[0]))
+
+
+def _start_munged(testbed: Testbed) -> None:
+    munge_user = pwd.getpwnam("munge")
+    directory = testbed.munge_dir
+    directory.mkdir(exist_ok=True)
+    # Clients reach the socket through this directory; the key inside stays 0400.
+    directory.chmod(0o755)
+    key = directory / "munge.key"
+    key.write_bytes(secrets.token_bytes(1024))
+    key.chmod(0o400)
+    for path in (directory, key):
+        os.chown(path, munge_user.pw_uid, munge_user.pw_gid)
+    _start_daemon(
+        testbed, "munged",
+        ["munged", "--foreground", f"--socket={testbed.munge_socket}", f"--key-file={key}",
+         f"--pid-file={directory / 'munged.pid'}", f"--log-file={directory / 'munged.log'}",
+         f"--seed-file={directory / 'munged.seed'}"],
+        user=munge_user.pw_uid, group=munge_user.pw_gid, extra_groups=[],
+    )
+    _wait_for(lambda: testbed.munge_socket.exists(), testbed, "munged's socket", UP_TIMEOUT_S)
+
+
+def _start_slurm(testbed: Testbed) -> None:
+    env = testbed.env()
+    _start_daemon(testbed, "slurmctld", ["slurmctld", "-D", "-f", str(testbed.conf_path)],
+                  env=env)
+    for node in testbed.nodes:
+        # nsenter, not `ip netns exec`: that remounts /sys and slurmd then finds no cgroups.
+        # unshare --uts gives the node its own hostname, resolved through /etc/hosts.
+        _start_daemon(
+            testbed, f"slurmd-{node.name}",
+            ["nsenter", f"--net={node.netns_path}", "unshare", "--uts", "--",
+             "sh", "-c", 'hostname "$0" && exec slurmd -D -N "$0" -f "$1"',
+             node.name, str(testbed.conf_path)],
+            env=env,
+        )
+
+
+def _wait_for(ready, testbed: Testbed, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        dead = _exited_daemon(testbed)
+        if dead is not None:
+            raise TestbedError(
+                f"{dead} exited while waiting for {what}; read {_daemon_log(testbed, dead)} "
+                f"and {testbed.log_dir / (dead + '.out')}"
+            )
+        if time.monotonic() > deadline:
+            raise TestbedError(
+                f"timed out after {timeout:.0f} s waiting for {what}; read "
+                f"{testbed.slurmctld_log} and {testbed.log_dir}/slurmd-*.log"
+            )
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _exited_daemon(testbed: Testbed) -> str | None:
+    # Only daemons with a pid file: the others are not started yet, not dead.
+    for daemon in _daemon_names(testbed):
+        if _pid_file(testbed, daemon).exists() and _read_daemon_pid(testbed, daemon) is None:
+            return daemon
+    return None
+
+
+def _all_nodes_in(testbed: Testbed, accepted: tuple[str, ...]) -> bool:
+    states = testbed.node_states()
+    return all(states.get(name) in accepted for name in testbed.node_names)
+
+
+# --- lifecycle -------------------------------------------------------------------------------
+
+
+def is_up(state_dir: str | Path | None = None) -> bool:
+    """All daemons this testbed started are running and its namespaces exist."""
+    testbed = describe(state_dir)
+    return (
+        testbed.conf_path.exists()
+        and all(_read_daemon_pid(testbed, daemon) for daemon in _daemon_names(testbed))
+        and all(node.netns_path.exists() for node in testbed.nodes)
+        and _link_exists(BRIDGE)
+    )
+
+
+def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Testbed:
+    """Bring the testbed up (or return at once if it already is) and wait for idle nodes."""
+    testbed = describe(state_dir)
+    if is_up(state_dir):
+        _wait_for(lambda: _all_nodes_in(testbed, ("idle", "mixed", "allocated", "completing")),
+                  testbed, "the nodes to answer sinfo", timeout)
+        return testbed
+    reason = unavailable_reason()
+    if reason is not None:
+        raise TestbedError(reason)
+    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "sinfo", "sacct")
+               if shutil.which(tool) is None]
+    if missing:
+        raise TestbedError(f"{', '.join(missing)} not found; run tests/slurm/install.sh")
+    down(state_dir)  # leftovers of a crashed run
+    try:
+        _make_state_dir(testbed)
+        _create_network(testbed)
+        _add_hosts_block(testbed)
+        _start_munged(testbed)
+        _start_slurm(testbed)
+        _wait_for(lambda: _all_nodes_in(testbed, ("idle",)), testbed,
+                  f"{NODE_COUNT} idle nodes in sinfo", timeout)
+    except BaseException as error:
+        if os.environ.get(KEEP_ENV) == "1":
+            raise
+        saved = _save_logs(testbed)
+        down(state_dir)
+        if isinstance(error, TestbedError):
+            raise TestbedError(f"{error}\n(the testbed is down again; logs copied to {saved}, "
+                               f"or set {KEEP_ENV}=1 to leave it up)") from error
+        raise
+    return testbed
+
+
+def _save_logs(testbed: Testbed) -> Path:
+    # The logs an error names must outlive the teardown that follows a failed start.
+    saved = Path(f"{testbed.state_dir}-failed-logs")
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir(parents=True)
+    for log in [*testbed.log_dir.glob("*"), testbed.munge_dir / "munged.log", testbed.conf_path]:
+        if log.is_file():
+            shutil.copy(log, saved)
+    return saved
+
+
+def down(state_dir: str | Path | None = None) -> None:
+    """Stop what up() started, delete namespaces, bridge, /etc/hosts block and state dir."""
+    testbed = describe(state_dir)
+    controller = _read_daemon_pid(testbed, "slurmctld")
+    node_processes = [pid for node in testbed.nodes for pid in processes_on(node)]
+    # Powering off the nodes: slurmd, slurmstepd and every job process on them.
+    _terminate([pid for pid in [controller] + node_processes if pid is not None])
+    munged = _read_daemon_pid(testbed, "munged")
+    if munged is not None:
+        _terminate([munged])
+    _delete_network(testbed)
+    _remove_hosts_block()
+    state = testbed.state_dir
+    if state.exists():
+        if not (state / MARKER_FILE).exists() and any(state.iterdir()):
+            raise TestbedError(f"{state} is not a testbed state directory; not deleting it")
+        shutil.rmtree(state)
+
+
+def status(state_dir: str | Path | None = None) -> str:
+    """What is up, one line per daemon, the bridge and each node, for humans."""
+    testbed = describe(state_dir)
+    present = testbed.state_dir.exists()
+    lines = [f"state dir: {testbed.state_dir} ({'present' if present else 'absent'})"]
+    for daemon in _daemon_names(testbed):
+        pid = _read_daemon_pid(testbed, daemon)
+        lines.append(f"{daemon}: {'running, pid %d' % pid if pid else 'not running'}")
+    lines.append(f"bridge {BRIDGE}: {'present' if _link_exists(BRIDGE) else 'absent'}")
+    for node in testbed.nodes:
+        present = node.netns_path.exists()
+        extra = f", {len(processes_on(node))} processes" if present else ""
+        lines.append(f"netns {node.name} ({node.ip}): {'present' if present else 'absent'}{extra}")
+    if testbed.conf_path.exists():
+        states = testbed.node_states()
+        lines.append("sinfo: " + (", ".join(f"{n}={s}" for n, s in states.items())
+                                  if states else "no answer"))
+        lines.append(f"export SLURM_CONF={testbed.conf_path}")
+    lines.append("up" if is_up(state_dir) else "down")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("--state-dir", default=None,
+                        help=f"default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR}")
+    parser.add_argument("--timeout", type=float, default=UP_TIMEOUT_S,
+                        help="seconds to wait for idle nodes (up)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            started = time.monotonic()
+            testbed = up(args.state_dir, args.timeout)
+            print(f"testbed up in {time.monotonic() - started:.1f} s: "
+                  + ", ".join(f"{n.name}={n.ip}" for n in testbed.nodes))
+            print(f"export SLURM_CONF={testbed.conf_path}")
+        elif args.action == "down":
+            down(args.state_dir)
+            print("testbed down")
+        elif args.action == "status":
+            print(status(args.state_dir))
+        else:
+            print(f"export SLURM_CONF={describe(args.state_dir).conf_path}")
+    except TestbedError as error:
+        print(f"testbed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
