@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from dataclasses import dataclass
 
 
@@ -52,3 +53,27 @@ class Gcs:
             if node.temp_dir == temp_dir:
                 return node
         return None
+
+
+class BackgroundQuery:
+    """Runs query() in a daemon thread: a GcsClient can block ~30 s, the caller's loop must not."""
+
+    def __init__(self, query):
+        self._query = query
+        self._result = None
+        self._thread: threading.Thread | None = None
+
+    def poll(self):
+        """(done, value or exception); starts the next query once the last one finished."""
+        if self._thread is not None and self._thread.is_alive():
+            return False, None
+        result, self._result = self._result, None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return (result is not None), (result[0] if result else None)
+
+    def _run(self):
+        try:
+            self._result = (self._query(),)
+        except Exception as error:  # reported to the polling loop
+            self._result = (error,)

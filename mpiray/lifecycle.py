@@ -27,7 +27,7 @@ from pathlib import Path
 from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
-from mpiray.gcs import Gcs, NodeInfo
+from mpiray.gcs import BackgroundQuery, Gcs, NodeInfo
 from mpiray.logs import RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HELLO, LOCAL, REPORT, SESSION, Comm, library_version
 from mpiray.signals import StopRequest
@@ -148,6 +148,8 @@ def lead(me: Rank) -> int:
     me.log.open(rank_log_path(config.log_dir, job_id, 0))
     _log_context(me)
     head_ip = network.head_address(config.interface)
+    if config.port and not network.port_is_free(config.port):
+        raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
     share, ports = plan_host(me, job_id, gcs_port=config.port)
     token = secrets.token_hex(32) if config.auth else None
     if not config.auth:
@@ -400,8 +402,6 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
 
 def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> None:
     config, session = me.config, me.session
-    if head and config.port and not network.port_is_free(config.port):
-        raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
     me.temp_dir = make_temp_dir(config.temp_dir, session.job_id, me.rank)
     token_path = str(_write_token(me)) if session.token else None
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
@@ -466,8 +466,9 @@ def _token_path(me: Rank) -> str | None:
 def wait_until_registered(me: Rank) -> NodeInfo:
     """Poll the GCS until this rank's own node is ALIVE; fail fast if `ray start` exits."""
     gcs = Gcs(me.session.gcs_address)
+    query = BackgroundQuery(lambda: gcs.find(str(me.temp_dir), timeout=1.0))
     deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
-    last_error = "no answer yet"
+    last = "no answer yet"
     while True:
         if me.node.poll() is not None:
             output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
@@ -475,17 +476,15 @@ def wait_until_registered(me: Rank) -> NodeInfo:
                 f"`ray start` exited with code {processes.exit_code(me.node.returncode)} before its node "
                 f"joined: {_tail(output)} (full output: {output})"
             )
-        try:
-            node = gcs.find(str(me.temp_dir), timeout=1.0)
-            if node is not None:
-                return node
-            last_error = "GCS answers, node not registered yet"
-        except Exception as error:  # the GCS is not up yet
-            last_error = f"{type(error).__name__}: {error}"
+        done, answer = query.poll()
+        if done and isinstance(answer, NodeInfo):
+            return answer
+        if done:
+            last = f"{type(answer).__name__}: {answer}" if isinstance(answer, Exception) else "GCS answers, node not registered yet"
         if time.monotonic() >= deadline:
             raise StartupTimeout(
                 f"this rank's Ray node did not join {me.session.gcs_address} within --startup-timeout "
-                f"{me.config.startup_timeout:g} s (last: {last_error})"
+                f"{me.config.startup_timeout:g} s (last: {last})"
             )
         me.check()
         time.sleep(me.comm.poll_interval)
@@ -499,10 +498,10 @@ def finish(me: Rank, code: int) -> int:
     if me.driver is not None and me.driver.poll() is None:
         processes.stop_group(me.driver, config.stop_grace)
     report = processes.stop_descendants([me.node] if me.node else [], config.stop_grace)
-    if report.terminated or report.killed:
+    if report.pids:
         me.log.step(
-            f"Stopped {report.terminated + report.killed} processes this rank started in "
-            f"{report.seconds:.1f} s ({report.killed} needed SIGKILL)"
+            f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "
+            f"({report.killed} needed SIGKILL): pids {' '.join(map(str, report.pids))}"
         )
     if me.temp_dir is not None:
         _keep_ray_logs(me)

@@ -79,7 +79,7 @@ def exit_code(returncode: int) -> int:
 
 @dataclass(frozen=True)
 class StopReport:
-    terminated: int  # processes that ended after SIGTERM
+    pids: tuple[int, ...]  # every process this rank still had when teardown began
     killed: int  # processes that needed SIGKILL
     seconds: float
 
@@ -130,6 +130,7 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
     """
     started = time.monotonic()
     deadline = started + grace
+    seen = {proc.pid for proc in _alive(_descendants())}
     signalled = {proc.pid for proc in roots if proc.poll() is None}
     for proc in roots:
         if proc.poll() is None:
@@ -143,6 +144,7 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
         new = [proc for proc in alive if proc.pid not in signalled]
         _send(new, signal.SIGTERM)
         signalled.update(proc.pid for proc in new)
+        seen.update(proc.pid for proc in new)
         if not alive or time.monotonic() >= max(deadline, started + min(grace, 1.0)):
             break
         time.sleep(poll)
@@ -152,7 +154,8 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
         if not alive:
             break
         killed += len(alive)
+        seen.update(proc.pid for proc in alive)
         _send(alive, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=1)
         _reap_zombies()
-    return StopReport(max(len(signalled) - killed, 0), killed, time.monotonic() - started)
+    return StopReport(tuple(sorted(seen)), killed, time.monotonic() - started)

@@ -1,0 +1,97 @@
+"""Shared helpers: run the real launcher under the real mpirun and read what it left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slurm.fixture import slurm_testbed  # noqa: F401  (session fixture for tests marked slurm)
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PROBE = ROOT / "tests" / "drivers" / "probe.py"
+
+
+@dataclass
+class Launch:
+    returncode: int
+    stdout: str
+    stderr: str
+    job_dir: Path
+    seconds: float
+
+    def rank_log(self, rank: int) -> str:
+        return (self.job_dir / f"rank-{rank:04d}.log").read_text()
+
+    def probe(self) -> dict:
+        lines = [line for line in self.stdout.splitlines() if line.startswith("PROBE ")]
+        assert lines, f"the driver printed no PROBE line:\n{self.stdout}\n{self.stderr}"
+        return json.loads(lines[-1][len("PROBE "):])
+
+    def stopped_pids(self) -> list[int]:
+        pids = []
+        for log in self.job_dir.glob("rank-*.log"):
+            for match in re.finditer(r"Stopped \d+ processes .*: pids ([\d ]+)", log.read_text()):
+                pids += [int(p) for p in match.group(1).split()]
+        return pids
+
+
+def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
+    mpirun = [str(BIN / "mpirun"), "-np", str(ranks)] if ranks > 1 else []
+    driver = list(driver) or [sys.executable, str(PROBE)]
+    return [*mpirun, sys.executable, str(ROOT / "start_ray.py"), *args, "--", *driver]
+
+
+def new_job_id(tag: str) -> str:
+    return f"test-{tag}-{secrets.token_hex(3)}"
+
+
+def launch(tmp_path: Path, ranks: int, args=(), driver=(), timeout: float = 240, env=None, tag="run") -> Launch:
+    """Run the launcher to the end and return what it printed and where its logs are."""
+    job_id = new_job_id(tag)
+    log_dir = tmp_path / "logs"
+    argv = launcher_argv(ranks, ["--log-dir", str(log_dir), "--job-id", job_id, *args], driver)
+    started = time.monotonic()
+    result = subprocess.run(
+        argv, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+    return Launch(result.returncode, result.stdout, result.stderr, log_dir / job_id, time.monotonic() - started)
+
+
+def assert_nothing_left(launch_: Launch) -> None:
+    """Every process the ranks said they stopped is gone."""
+    alive = []
+    for pid in launch_.stopped_pids():
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{pid} {' '.join(proc.cmdline())[:100]}")
+        except psutil.NoSuchProcess:
+            pass
+    assert not alive, "processes of the run still alive:\n" + "\n".join(alive)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_children():
+    """After each test, nothing the test started may still run (ended here by PID, and the test fails)."""
+    yield
+    deadline = time.monotonic() + 10
+    left = psutil.Process().children(recursive=True)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    if left:
+        names = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left]
+        for proc in left:
+            proc.kill()
+        pytest.fail("the test left processes behind: " + "; ".join(names))

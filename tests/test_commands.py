@@ -1,0 +1,68 @@
+"""`ray start` command lines as lists, the environment they get, the socket-path check."""
+
+from mpiray import commands, network
+from mpiray.commands import NodeSpec, head_command, node_env, socket_path_problem, worker_command
+from mpiray.resources import Share
+
+SHARE = Share(cpus=3, gpu_ids=("0", "1"), memory=8 * 2**30, object_store=2 * 2**30)
+PORTS = network.node_ports(20000, gcs_port=6380)
+SPEC = NodeSpec("10.0.0.5", "/tmp/mpiray-0-abc-r0", SHARE, PORTS, "node1-rank0")
+
+
+def test_head_command():
+    argv = head_command("ray", SPEC, dashboard=False)
+    assert argv[:4] == ["ray", "start", "--head", "--port=6380"]
+    for flag in ["--block", "--node-ip-address=10.0.0.5", "--temp-dir=/tmp/mpiray-0-abc-r0",
+                 "--num-cpus=3", "--num-gpus=2", f"--memory={8 * 2**30}",
+                 f"--object-store-memory={2 * 2**30}", "--node-manager-port=20001",
+                 "--min-worker-port=20008", "--max-worker-port=20099", "--no-monitor",
+                 "--include-dashboard=false", "--disable-usage-stats"]:
+        assert flag in argv
+    assert not any("redis" in a for a in argv)
+
+
+def test_dashboard_binds_to_loopback():
+    argv = head_command("ray", SPEC, dashboard=True)
+    assert "--include-dashboard=true" in argv
+    assert "--dashboard-host=127.0.0.1" in argv
+    assert f"--dashboard-port={PORTS.dashboard}" in argv
+
+
+def test_worker_command_joins_the_head_and_has_no_head_only_flags():
+    argv = worker_command("ray", SPEC, "10.0.0.1:6380")
+    assert argv[:3] == ["ray", "start", "--address=10.0.0.1:6380"]
+    assert "--block" in argv
+    assert not any(a.startswith(("--head", "--port=", "--include-dashboard", "--no-monitor")) for a in argv)
+
+
+def test_node_env_points_at_the_token_file_and_never_carries_the_token():
+    env = node_env({"RAY_AUTH_TOKEN": "leaked", "RAY_ADDRESS": "x", "HOME": "/h"}, ("1",), "/tmp/t/auth_token")
+    assert env["RAY_AUTH_MODE"] == "token"
+    assert env["RAY_AUTH_TOKEN_PATH"] == "/tmp/t/auth_token"
+    assert "RAY_AUTH_TOKEN" not in env and "RAY_ADDRESS" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["HOME"] == "/h"
+    assert node_env({}, None, None)["RAY_AUTH_MODE"] == "disabled"
+    assert "CUDA_VISIBLE_DEVICES" not in node_env({}, None, None)
+
+
+def test_socket_path_limit():
+    assert socket_path_problem("/tmp/mpiray-0-abcdef1234-r12") is None
+    long_dir = "/scratch/" + "x" * 60 + "/mpiray-0-abcdef1234-r12"
+    problem = socket_path_problem(long_dir)
+    assert problem and "107-byte" in problem and "--temp-dir" in problem
+
+
+def test_port_blocks_do_not_overlap_and_hold_every_port():
+    first, second = network.node_ports(20000), network.node_ports(20000 + network.BLOCK_SIZE)
+    assert not set(first.all()) & set(second.all())
+    assert len(set(first.all())) == network.BLOCK_SIZE
+    assert commands.AF_UNIX_PATH_MAX == 107
+
+
+def test_candidate_blocks_depend_on_the_job_and_stay_in_range():
+    a = network.candidate_bases("job-1", 4)
+    b = network.candidate_bases("job-2", 4)
+    assert a[0] != b[0]
+    assert sorted(a) == sorted(b)
+    assert all(network.PORT_RANGE[0] <= base and base + 4 * network.BLOCK_SIZE <= network.PORT_RANGE[1] for base in a)

@@ -1,0 +1,188 @@
+"""The launcher for real: mpirun, Ray, the driver, exit codes, logs, teardown, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, assert_nothing_left, launch, launcher_argv, new_job_id
+
+pytestmark = pytest.mark.slow
+HOST_CPUS = len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
+    run = launch(tmp_path, ranks, tag=f"np{ranks}")
+    assert run.returncode == 0, run.stderr
+    probe = run.probe()
+    assert probe["nodes"] == ranks
+    assert probe["cpus"] == HOST_CPUS  # ranks on one host split it, never count it twice
+    assert probe["env"]["MPIRAY_NUM_NODES"] == str(ranks)
+    assert probe["env"]["RAY_AUTH_MODE"] == "token"
+    assert "127." not in " ".join(probe["ips"])
+    assert "Ready to start driver!" in run.rank_log(0)
+    for rank in range(1, ranks):
+        assert f"Worker on rank {rank} with ip" in run.rank_log(0) and "is connected!" in run.rank_log(0)
+        assert "is connected!" in run.rank_log(rank)
+    assert f"ready in" in run.stdout
+    assert_nothing_left(run)
+
+
+def test_driver_exit_code_is_the_job_exit_code(tmp_path):
+    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--exit", "3"], tag="exit3")
+    assert run.returncode == 3, run.stderr
+    assert "Driver exited with code 3" in run.rank_log(0)
+    assert "Rank 0 ended the job with exit code 3" in run.rank_log(1)
+    assert_nothing_left(run)
+
+
+def test_token_is_required_and_never_on_a_command_line_or_in_a_log(tmp_path):
+    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--unauthenticated-client"], tag="auth")
+    assert run.returncode == 0, run.stderr
+    assert run.probe()["unauthenticated"]["connected"] is False
+    token_file = run.probe()["env"]["RAY_AUTH_TOKEN_PATH"]
+    assert not os.path.exists(token_file)  # removed with the temp dir at teardown
+    for log in run.job_dir.glob("rank-*.log"):
+        assert "auth_token" not in log.read_text().replace("RAY_AUTH_TOKEN_PATH", "")
+    assert_nothing_left(run)
+
+
+def test_missing_driver_fails_cleanly(tmp_path):
+    run = launch(tmp_path, 2, driver=["no-such-program-xyz"], tag="nodriver")
+    assert run.returncode == 2
+    assert "cannot start the driver ['no-such-program-xyz']" in run.stderr
+    assert_nothing_left(run)
+
+
+def test_port_in_use_is_named_within_seconds(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = launch(tmp_path, 2, args=["--port", str(port)], tag="port")
+    assert run.returncode == 2
+    assert f"--port {port} is already in use" in run.stderr
+    assert run.seconds < 30
+    assert_nothing_left(run)
+
+
+def test_socket_path_too_long_is_refused_before_starting(tmp_path):
+    long_tmp = tmp_path / ("t" * 60)
+    long_tmp.mkdir()
+    run = launch(tmp_path, 2, args=["--temp-dir", str(long_tmp)], tag="longtmp")
+    assert run.returncode == 2
+    assert "107-byte AF_UNIX limit" in run.stderr and "--temp-dir" in run.stderr
+    assert_nothing_left(run)
+
+
+def test_unknown_interface_lists_the_real_ones(tmp_path):
+    run = launch(tmp_path, 2, args=["--interface", "ib99"], tag="iface")
+    assert run.returncode == 2
+    assert "--interface ib99: no such interface" in run.stderr and "lo (127.0.0.1)" in run.stderr
+    assert_nothing_left(run)
+
+
+def test_startup_timeout_names_the_missing_ranks(tmp_path):
+    run = launch(tmp_path, 4, args=["--startup-timeout", "3"], tag="timeout")
+    assert run.returncode != 0
+    assert "did not join within --startup-timeout 3 s" in run.stderr or "within --startup-timeout 3 s" in run.stderr
+    assert run.seconds < 40
+    assert_nothing_left(run)
+
+
+def test_time_limit_stops_a_hanging_driver(tmp_path):
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600"]
+    run = launch(tmp_path, 1, args=["--time-limit", "20", "--stop-grace", "2"], driver=driver, tag="limit")
+    assert run.returncode == 124
+    assert "ran past --time-limit 20 s" in run.stderr
+    assert_nothing_left(run)
+
+
+def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
+    marker = tmp_path / "driver-got-sigterm"
+    job_id = new_job_id("sigterm")
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600", "--sigterm-marker", str(marker)]
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # the driver is running once it printed its probe
+            if line.startswith("PROBE "):
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    job_dir = tmp_path / "logs" / job_id
+    assert marker.exists(), "the driver never saw SIGTERM"
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM to the driver" in (job_dir / "rank-0000.log").read_text()
+    from conftest import Launch
+
+    assert_nothing_left(Launch(proc.returncode, "", err, job_dir, 0))
+
+
+def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
+    """Both run at once; stopping one leaves the other running to its normal end."""
+    long_driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "25"]
+    short_driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600"]
+    jobs = {}
+    for name, driver in (("long", long_driver), ("short", short_driver)):
+        job_id = new_job_id(name)
+        argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        jobs[name] = (proc, tmp_path / "logs" / job_id)
+    try:
+        short_proc = jobs["short"][0]
+        for line in short_proc.stdout:
+            if line.startswith("PROBE "):
+                break
+        short_proc.send_signal(signal.SIGTERM)
+        short_proc.communicate(timeout=60)
+        long_proc = jobs["long"][0]
+        out, err = long_proc.communicate(timeout=180)
+    finally:
+        for proc, _ in jobs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert short_proc.returncode == 143
+    assert long_proc.returncode == 0, err
+    assert '"nodes": 2' in out  # the long job kept both of its own nodes
+    long_log = (jobs["long"][1] / "rank-0000.log").read_text()
+    short_log = (jobs["short"][1] / "rank-0000.log").read_text()
+    gcs = lambda log: log.split("head will be at ")[1].split()[0]
+    assert gcs(long_log) != gcs(short_log)
+
+
+def test_waiting_ranks_use_almost_no_cpu(tmp_path):
+    """While the driver runs, the launcher's own rank processes sleep between polls."""
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "12"]
+    job_id = new_job_id("cpu")
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("PROBE "):
+                break
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "start_ray.py" in " ".join(p.cmdline())]
+        before = {p.pid: sum(p.cpu_times()[:2]) for p in ranks}
+        time.sleep(8)
+        used = {p.pid: sum(p.cpu_times()[:2]) - before[p.pid] for p in ranks}
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(ranks) == 2
+    assert proc.returncode == 0
+    assert all(seconds / 8 < 0.05 for seconds in used.values()), used

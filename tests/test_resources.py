@@ -1,0 +1,63 @@
+"""Ranks on one host split it: the sum of what they give Ray never exceeds the host."""
+
+import pytest
+
+from mpiray.resources import HostView, check_object_store, split_host, visible_gpus
+
+GIB = 2**30
+
+
+def views(n, cpus=range(2), memory=24 * GIB, shm=12 * GIB, gpus=(), bound=False):
+    cpus = list(cpus)
+    out = []
+    for i in range(n):
+        affinity = tuple(cpus[i::n]) if bound else tuple(cpus)
+        out.append(HostView("h", affinity, memory, shm, tuple(gpus)))
+    return out
+
+
+@pytest.mark.parametrize("ranks, host_cpus", [(1, 2), (2, 2), (4, 2), (3, 8), (4, 64)])
+def test_unbound_ranks_divide_the_host_cpus(ranks, host_cpus):
+    vs = views(ranks, cpus=range(host_cpus))
+    shares = [split_host(vs, i) for i in range(ranks)]
+    assert sum(s.cpus for s in shares) == host_cpus
+    assert max(s.cpus for s in shares) - min(s.cpus for s in shares) <= 1
+
+
+def test_bound_ranks_own_their_masks():
+    vs = views(4, cpus=range(8), bound=True)
+    assert [split_host(vs, i).cpus for i in range(4)] == [2, 2, 2, 2]
+
+
+def test_memory_and_object_store_sum_to_the_host_and_fit_shm():
+    vs = views(4, memory=24 * GIB, shm=4 * GIB)
+    shares = [split_host(vs, i) for i in range(4)]
+    assert sum(s.memory + s.object_store for s in shares) <= 24 * GIB
+    assert sum(s.object_store for s in shares) <= 4 * GIB
+    assert any("/dev/shm" in note for note in shares[0].notes)
+
+
+def test_gpus_are_dealt_out_without_overlap():
+    vs = views(2, gpus=("0", "1", "2", "3"))
+    assert split_host(vs, 0).gpu_ids == ("0", "2")
+    assert split_host(vs, 1).gpu_ids == ("1", "3")
+
+
+def test_overrides_win():
+    vs = views(2, cpus=range(8))
+    share = split_host(vs, 0, num_cpus=1, object_store_memory=GIB)
+    assert share.cpus == 1 and share.object_store == GIB
+    assert split_host(vs, 0, cpus_per_task=2).cpus == 2
+
+
+def test_object_store_that_does_not_fit_is_refused():
+    view = views(1, memory=8 * GIB, shm=2 * GIB)[0]
+    assert check_object_store(None, view, 4) is None
+    assert check_object_store(GIB // 4, view, 4) is None
+    problem = check_object_store(GIB, view, 4)
+    assert "/dev/shm" in problem and "h" in problem
+
+
+def test_visible_gpus_from_environment():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
