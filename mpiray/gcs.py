@@ -21,8 +21,8 @@ class Gcs:
         self.address = address
         self._client = None
 
-    def alive_nodes(self, timeout: float = 2.0) -> list[NodeInfo]:
-        """The ALIVE nodes; raises while the GCS does not answer."""
+    def alive_nodes(self, timeout: float = 2.0, name: str | None = None) -> list[NodeInfo]:
+        """The ALIVE nodes (only those called name, if given); raises while the GCS does not answer."""
         if self._client is None:
             # GcsClient() blocks ~30 s while nothing listens: knock on the port first.
             host, port = self.address.rsplit(":", 1)
@@ -30,8 +30,14 @@ class Gcs:
             from ray._raylet import GcsClient
 
             self._client = GcsClient(address=self.address)
+        selectors = None
+        if name is not None:
+            # One node's record instead of the whole table: N workers polling stay O(N), not O(N^2).
+            from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+
+            selectors = [GetAllNodeInfoRequest.NodeSelector(node_name=name)]
         try:
-            infos = self._client.get_all_node_info(timeout=timeout)
+            infos = self._client.get_all_node_info(timeout=timeout, node_selectors=selectors)
         except Exception:
             self._client = None  # reconnect on the next call
             raise
@@ -47,9 +53,9 @@ class Gcs:
             if info.state == 0  # GcsNodeState.ALIVE
         ]
 
-    def find(self, temp_dir: str, timeout: float = 2.0) -> NodeInfo | None:
-        """This rank's node (temp dirs are unique per job and rank), if it is alive."""
-        for node in self.alive_nodes(timeout):
+    def find(self, name: str, temp_dir: str, timeout: float = 2.0) -> NodeInfo | None:
+        """This rank's node (its name and temp dir are unique per job and rank), if it is alive."""
+        for node in self.alive_nodes(timeout, name):
             if node.temp_dir == temp_dir:
                 return node
         return None
