@@ -33,6 +33,7 @@ from mpiray.mpi import CONTROL, EVENT, HELLO, LOCAL, REPORT, SESSION, Comm, libr
 from mpiray.signals import StopRequest
 
 TIME_LIMIT_EXIT = 124  # as timeout(1)
+HEAD_LOST_EXIT = 1
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 
 
@@ -161,6 +162,7 @@ def lead(me: Rank) -> int:
     start_node(me, share, ports, head=True)
     head = wait_until_registered(me)
     me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
+    me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
 
     reports = collect_reports(me, head)
     check_versions(reports)
@@ -264,6 +266,13 @@ def drive(me: Rank, nodes: list[Report]) -> int:
             me.log.error(f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL after {config.stop_grace:g} s")
             processes.stop_group(me.driver, config.stop_grace)
             code = TIME_LIMIT_EXIT
+        if code is None and me.node.poll() is not None:
+            me.log.error(
+                f"the head's Ray node exited (code {processes.exit_code(me.node.returncode)}, see "
+                f"{ray_output_path(config.log_dir, session.job_id, 0)}): stopping the driver"
+            )
+            processes.stop_group(me.driver, config.stop_grace)
+            code = HEAD_LOST_EXIT
         event = me.comm.poll(tag=EVENT)
         if event is not None:
             me.log.warning(f"rank {event[0]}: {event[2]}")
@@ -317,6 +326,7 @@ def follow(me: Rank) -> int:
         me.log.step(f"Worker on rank {me.rank} with ip {me.node_spec.node_ip} will connect to {session.gcs_address}")
         node = wait_until_registered(me)
         me.log.step(f"Worker on rank {me.rank} with ip {node.ip} is connected! (node {node.node_id[:12]}, {_res(node)})")
+        me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
     return wait_for_end(me)
 
@@ -533,9 +543,20 @@ def _report(me: Rank, node: NodeInfo | None = None, error: str = "") -> Report:
         node_id=node.node_id if node else "",
         resources=node.resources if node else {},
         seconds=time.time() - (me.session.started if me.session else me.started),
-        versions={"ray": version("ray"), "python": platform.python_version()},
+        versions=_versions(me.rank),
         error=error,
     )
+
+
+def _versions(rank: int) -> dict:
+    versions = {"ray": version("ray"), "python": platform.python_version()}
+    # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
+    # report another version, as a rank started from another environment would.
+    fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
+    if fake.startswith(f"{rank}:") and "=" in fake:
+        name, value = fake.split(":", 1)[1].split("=", 1)
+        versions[name] = value
+    return versions
 
 
 def _res(node) -> str:

@@ -91,6 +91,10 @@ def _descendants() -> list[psutil.Process]:
         return []
 
 
+def descendant_pids() -> list[int]:
+    return sorted(proc.pid for proc in _alive(_descendants()))
+
+
 def _reap_zombies() -> None:
     # Orphans re-parented to this subreaper are ours to wait for.
     while True:

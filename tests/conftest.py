@@ -39,9 +39,10 @@ class Launch:
         return json.loads(lines[-1][len("PROBE "):])
 
     def stopped_pids(self) -> list[int]:
+        """Every PID a rank logged: its Ray node's processes at start-up and what it stopped."""
         pids = []
         for log in self.job_dir.glob("rank-*.log"):
-            for match in re.finditer(r"Stopped \d+ processes .*: pids ([\d ]+)", log.read_text()):
+            for match in re.finditer(r"(?:Stopped \d+ processes .*|Ray node processes): pids ([\d ]+)", log.read_text()):
                 pids += [int(p) for p in match.group(1).split()]
         return pids
 
@@ -68,16 +69,25 @@ def launch(tmp_path: Path, ranks: int, args=(), driver=(), timeout: float = 240,
     return Launch(result.returncode, result.stdout, result.stderr, log_dir / job_id, time.monotonic() - started)
 
 
-def assert_nothing_left(launch_: Launch) -> None:
-    """Every process the ranks said they stopped is gone."""
+def alive_pids(pids) -> list[str]:
     alive = []
-    for pid in launch_.stopped_pids():
+    for pid in pids:
         try:
             proc = psutil.Process(pid)
             if proc.status() != psutil.STATUS_ZOMBIE:
                 alive.append(f"{pid} {' '.join(proc.cmdline())[:100]}")
         except psutil.NoSuchProcess:
             pass
+    return alive
+
+
+def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
+    """Every process the ranks logged (their Ray nodes, what they stopped) is gone."""
+    pids = launch_.stopped_pids()
+    deadline = time.monotonic() + wait
+    while alive_pids(pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    alive = alive_pids(pids)
     assert not alive, "processes of the run still alive:\n" + "\n".join(alive)
 
 

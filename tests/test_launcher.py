@@ -12,6 +12,8 @@ import time
 import psutil
 import pytest
 
+from mpiray.resources import probe_host
+
 from conftest import ROOT, assert_nothing_left, launch, launcher_argv, new_job_id
 
 pytestmark = pytest.mark.slow
@@ -25,6 +27,9 @@ def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
     probe = run.probe()
     assert probe["nodes"] == ranks
     assert probe["cpus"] == HOST_CPUS  # ranks on one host split it, never count it twice
+    host_memory = probe_host().memory
+    given = probe["memory"] + probe["object_store_memory"]
+    assert host_memory * 0.99 <= given <= host_memory
     assert probe["env"]["MPIRAY_NUM_NODES"] == str(ranks)
     assert probe["env"]["RAY_AUTH_MODE"] == "token"
     assert "127." not in " ".join(probe["ips"])
