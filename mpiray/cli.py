@@ -30,7 +30,7 @@ def parse_bytes(text: str) -> int:
     try:
         amount = float(number) * _UNITS[unit]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 2G, 512M or bytes)")
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 2G, 512M or bytes)") from None
     if amount <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
     return int(amount)
@@ -41,7 +41,7 @@ def _non_negative(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
         if value < 0:
             raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
         return value

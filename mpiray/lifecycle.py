@@ -61,6 +61,7 @@ class Report:
     seconds: float = 0.0
     versions: dict = field(default_factory=dict)
     error: str = ""
+    exit_code: int = 0  # with error: the code the whole job ends with
 
 
 class Shutdown(LaunchError):
@@ -129,12 +130,12 @@ def run(config: Config, comm: Comm | None = None) -> int:
         code = error.exit_code
         me.log.error(str(error))
         if me.rank != 0:  # tell rank 0 now rather than let it wait for the startup timeout
-            comm.send(_report(me, error=str(error)), 0, REPORT)
+            comm.send(_report(me, error=str(error), exit_code=code), 0, REPORT)
     except Exception:
         code = 1
         me.log.error("unexpected failure:\n" + traceback.format_exc())
         if me.rank != 0:
-            comm.send(_report(me, error="unexpected failure, see its log"), 0, REPORT)
+            comm.send(_report(me, error="unexpected failure, see its log", exit_code=code), 0, REPORT)
     finally:
         code = finish(me, code)
     return code
@@ -193,7 +194,8 @@ def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
         elif tag == REPORT:
             if payload.error:
                 raise LaunchError(
-                    f"rank {source} on {payload.host} failed: {payload.error} (log: {payload.log})"
+                    f"rank {source} on {payload.host} failed: {payload.error} (log: {payload.log})",
+                    payload.exit_code or 1,
                 )
             reports[source] = payload
             what = f"ip {payload.node_ip} is connected! ({_res(payload)}, {payload.seconds:.1f} s)"
@@ -534,7 +536,7 @@ def _keep_ray_logs(me: Rank) -> None:
         shutil.move(str(sessions[-1] / "logs"), str(target))
 
 
-def _report(me: Rank, node: NodeInfo | None = None, error: str = "") -> Report:
+def _report(me: Rank, node: NodeInfo | None = None, error: str = "", exit_code: int = 0) -> Report:
     return Report(
         rank=me.rank,
         host=me.host,
@@ -545,6 +547,7 @@ def _report(me: Rank, node: NodeInfo | None = None, error: str = "") -> Report:
         seconds=time.time() - (me.session.started if me.session else me.started),
         versions=_versions(me.rank),
         error=error,
+        exit_code=exit_code,
     )
 
 
