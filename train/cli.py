@@ -1,0 +1,294 @@
+"""Command line: ``python -m train [train|plot|evaluate] ...`` -> option records -> run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import traceback
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from train.options import (
+    DEFAULT_CHECKPOINT_SCORE,
+    DEFAULT_FCNET_HIDDENS,
+    DEFAULT_STOP_TIMESTEPS,
+    EvaluateOptions,
+    PlotOptions,
+    TrainOptions,
+    UsageError,
+)
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+SUBCOMMANDS = ("train", "plot", "evaluate")
+NONE_WORDS = ("none", "off", "no")
+DEFAULT_STOP_GRACE_S = 8.0  # the launcher's default grace is 10 s
+STOP_GRACE_MARGIN_S = 2.0
+
+DESCRIPTION = """\
+Train an RLlib algorithm with Ray Tune on the Ray cluster in RAY_ADDRESS (as set by
+start_ray.py), or on a local Ray when RAY_ADDRESS is unset.
+
+Other commands:
+  python -m train plot RUN_DIR... -o curves.png    reward curves of one or more runs
+  python -m train evaluate CHECKPOINT --episodes N  roll out a saved policy
+"""
+
+EPILOG = """\
+Outputs: STORAGE_PATH/NAME/<trial>/ holds progress.csv, result.json, TensorBoard
+events (tensorboard --logdir STORAGE_PATH/NAME) and checkpoint_* directories.
+On SIGTERM (walltime, scancel) or Ctrl-C a checkpoint is saved before exiting;
+run again with --resume to continue. Exit codes: 0 done, 1 training failed,
+2 bad arguments or setup, 128+N stopped by signal N after saving.
+"""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m train``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "train"
+    try:
+        options = PARSERS[command](os.environ).parse_args(argv)
+    except SystemExit as parser_exit:  # --help, or a bad flag already explained by argparse
+        return int(parser_exit.code or 0)
+    return _run_reporting_errors(RUNNERS[command], OPTION_BUILDERS[command](options))
+
+
+def build_train_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    """Flags of the (default) train command; the launcher's MPIRAY_STOP_GRACE sets --stop-grace's default."""
+    parser = argparse.ArgumentParser(
+        prog="python -m train",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_algorithm_flags(parser)
+    _add_resource_flags(parser)
+    _add_stopping_flags(parser)
+    _add_checkpoint_flags(parser, environ)
+    return parser
+
+
+def _add_algorithm_flags(parser: argparse.ArgumentParser) -> None:
+    algorithm = parser.add_argument_group("algorithm and environment")
+    algorithm.add_argument("--run", default="PPO",
+                           help="RLlib algorithm name, e.g. PPO, DQN, APPO, IMPALA, SAC (default: %(default)s)")
+    algorithm.add_argument("--env", "--name-env", dest="env", default="CartPole-v1",
+                           help="gymnasium id, built-in env (BasicEnv, Corridor), 'package.module:Class' "
+                                "or 'package.module:EnvId-v0' (default: %(default)s)")
+    algorithm.add_argument("--env-config", type=json_object, default={},
+                           help="JSON object passed to the env constructor, e.g. '{\"corridor_length\": 5}'")
+    algorithm.add_argument("--framework", default="torch",
+                           help="deep-learning framework; RLlib now supports torch only")
+    algorithm.add_argument("--lr", type=float, default=None, help="learning rate (default: the algorithm's)")
+    algorithm.add_argument("--train-batch-size", type=int, default=None,
+                           help="env steps per training batch, split over learners "
+                                "(default: the algorithm's, e.g. PPO 4000, DQN 32)")
+    algorithm.add_argument("--fcnet-hiddens", type=int_tuple, default=DEFAULT_FCNET_HIDDENS,
+                           help="hidden layer sizes, comma separated (default: 256,256)")
+    algorithm.add_argument("--algo-config", type=json_object, default={},
+                           help="JSON object of further AlgorithmConfig settings, "
+                                "e.g. '{\"num_epochs\": 6, \"gamma\": 0.95}'")
+    algorithm.add_argument("--seed", type=int, default=None, help="random seed for env runners and learners")
+
+
+def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
+    resources = parser.add_argument_group("resources")
+    resources.add_argument("--num-env-runners", "--worker-num", dest="num_env_runners", type=int, default=None,
+                           help="sampling actors (old name: num_workers); default: all cluster CPUs minus "
+                                "the algorithm/learner's one; 0 samples in the learner process")
+    resources.add_argument("--num-envs-per-env-runner", type=int, default=1,
+                           help="vectorized envs per env runner (default: %(default)s)")
+    resources.add_argument("--num-gpus", type=float, default=0.0,
+                           help="GPUs for learning: up to 1 on the local learner, N>1 as N learners (default: 0)")
+    resources.add_argument("--num-cpus", type=int, default=None,
+                           help="legacy: CPUs of the local Ray started when RAY_ADDRESS is unset; "
+                                "ignored on the launcher's cluster")
+    resources.add_argument("--local-mode", action="store_true",
+                           help="legacy: Ray's local mode is gone; now means --num-env-runners 0")
+
+
+def _add_stopping_flags(parser: argparse.ArgumentParser) -> None:
+    stopping = parser.add_argument_group("stopping (whichever comes first; 'none' disables)")
+    stopping.add_argument("--stop-iters", type=optional_int, default=None,
+                          help="training iterations (default: no limit)")
+    stopping.add_argument("--stop-timesteps", type=optional_int, default=DEFAULT_STOP_TIMESTEPS,
+                          help="env steps sampled (default: %(default)s)")
+    stopping.add_argument("--stop-reward", type=reward_target, default=None,
+                          help="mean episode return (env_runners/episode_return_mean); "
+                               "default: the env's reward threshold, e.g. 475 for CartPole-v1")
+
+
+def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    checkpoints = parser.add_argument_group("checkpoints and results")
+    checkpoints.add_argument("--checkpoint-frequency", type=int, default=1,
+                             help="checkpoint every N iterations, 0: only at the end (default: %(default)s, "
+                                  "so a walltime kill loses at most the running iteration)")
+    checkpoints.add_argument("--checkpoints-to-keep", type=optional_int, default=3,
+                             help="keep the best N checkpoints ('none': all) (default: %(default)s)")
+    checkpoints.add_argument("--checkpoint-score", type=optional_str, default=DEFAULT_CHECKPOINT_SCORE,
+                             help="metric that ranks checkpoints (default: %(default)s; 'none': keep the newest)")
+    checkpoints.add_argument("--checkpoint-score-order", choices=("max", "min"), default="max",
+                             help="whether a higher or lower score is better (default: %(default)s)")
+    checkpoints.add_argument("--storage-path", default=None,
+                             help="results root; must be shared by all nodes (default: results/ beside "
+                                  "the launcher's logs/, else ./results)")
+    checkpoints.add_argument("--name", default=None, help="experiment name (default: ALGO_ENV_DATE-TIME)")
+    checkpoints.add_argument("--resume", action="store_true",
+                             help="continue the experiment --name (or the newest ALGO_ENV_* one) if it "
+                                  "exists, else start it; safe to put in every job script")
+    checkpoints.add_argument("--stop-grace", dest="stop_grace_s", type=float, default=default_stop_grace(environ),
+                             help="seconds after SIGTERM to wait for the checkpoint before exiting anyway; "
+                                  "keep below the launcher's grace period (default: MPIRAY_STOP_GRACE - 2, "
+                                  "else %(default)s)")
+
+
+def default_stop_grace(environ: Mapping[str, str]) -> float:
+    """Leave 2 s of the launcher's SIGTERM-to-SIGKILL grace for writing state and exiting."""
+    launcher_grace = optional_float(environ.get("MPIRAY_STOP_GRACE") or "none")
+    if launcher_grace is None:
+        return DEFAULT_STOP_GRACE_S
+    return max(1.0, launcher_grace - STOP_GRACE_MARGIN_S)
+
+
+def build_plot_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    """Flags of the plot command."""
+    parser = argparse.ArgumentParser(
+        prog="python -m train plot",
+        description="Draw mean episode return vs env steps and vs wall time for one or more runs "
+                    "(experiment dirs, trial dirs or progress.csv files) into a PNG.",
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="experiment/trial dir or progress.csv")
+    parser.add_argument("-o", "--output", default="reward_curves.png", help="PNG to write (default: %(default)s)")
+    parser.add_argument("--labels", type=str_tuple, default=(),
+                        help="comma-separated legend labels, one per trial found (default: trial names)")
+    parser.add_argument("--title", default=None, help="figure title")
+    return parser
+
+
+def build_evaluate_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    """Flags of the evaluate command."""
+    parser = argparse.ArgumentParser(
+        prog="python -m train evaluate",
+        description="Load a checkpoint (or the newest one under a trial/experiment dir), run "
+                    "episodes with the trained policy and print mean/min/max return.",
+    )
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_* dir, trial dir or experiment dir")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default: %(default)s)")
+    parser.add_argument("--explore", action="store_true", help="sample actions instead of taking the greedy one")
+    parser.add_argument("--seed", type=int, default=None, help="env seed")
+    return parser
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error}): {text!r}") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"key\": 1}}', got {text!r}")
+    return value
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """argparse type: '256,256' or '[256, 256]'."""
+    try:
+        sizes = tuple(int(part) for part in text.strip("[]() ").split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive layer sizes, got {text!r}")
+    return sizes
+
+
+def str_tuple(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated strings."""
+    return tuple(part.strip() for part in text.split(","))
+
+
+def optional_int(text: str) -> Optional[int]:
+    """argparse type: an int, or none/off."""
+    return None if text.lower() in NONE_WORDS else int(text)
+
+
+def optional_float(text: str) -> Optional[float]:
+    """argparse type: a float, or none/off."""
+    return None if text.lower() in NONE_WORDS else float(text)
+
+
+def reward_target(text: str) -> float:
+    """argparse type: a float; none/off is +inf, a target never reached."""
+    return math.inf if text.lower() in NONE_WORDS else float(text)
+
+
+def optional_str(text: str) -> Optional[str]:
+    """argparse type: a string, or none/off."""
+    return None if text.lower() in NONE_WORDS else text
+
+
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    """Parsed train flags -> TrainOptions."""
+    return TrainOptions(**vars(args))
+
+
+def plot_options(args: argparse.Namespace) -> PlotOptions:
+    """Parsed plot flags -> PlotOptions."""
+    return PlotOptions(run_dirs=tuple(args.run_dirs), output=args.output, labels=args.labels, title=args.title)
+
+
+def evaluate_options(args: argparse.Namespace) -> EvaluateOptions:
+    """Parsed evaluate flags -> EvaluateOptions."""
+    return EvaluateOptions(checkpoint=args.checkpoint, episodes=args.episodes, explore=args.explore, seed=args.seed)
+
+
+def _run_train(options: TrainOptions) -> int:
+    from train.run import run_training
+
+    return run_training(options, os.environ)
+
+
+def _run_plot(options: PlotOptions) -> int:
+    from train.plot import plot_runs
+
+    return plot_runs(options)
+
+
+def _run_evaluate(options: EvaluateOptions) -> int:
+    from train.evaluate import evaluate_checkpoint
+
+    return evaluate_checkpoint(options, os.environ)
+
+
+# The one place that maps outcomes to exit codes.
+def _run_reporting_errors(runner: Callable[[Any], int], options: Any) -> int:
+    usage_errors = _usage_error_types()
+    try:
+        return runner(options)
+    except usage_errors as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - report anything else as a failure, never exit 0
+        traceback.print_exc()
+        return 1
+
+
+def _usage_error_types() -> tuple[type, ...]:
+    from train.cluster import ResourceError
+    from train.config import AlgorithmNotFoundError, OptionError
+    from train.envs import EnvConfigError, EnvNotFoundError
+    from train.storage import StorageError
+
+    return (
+        AlgorithmNotFoundError, OptionError, EnvNotFoundError, EnvConfigError, StorageError, ResourceError, UsageError
+    )
+
+
+PARSERS = {"train": build_train_parser, "plot": build_plot_parser, "evaluate": build_evaluate_parser}
+OPTION_BUILDERS = {"train": train_options, "plot": plot_options, "evaluate": evaluate_options}
+RUNNERS = {"train": _run_train, "plot": _run_plot, "evaluate": _run_evaluate}

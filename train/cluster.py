@@ -1,0 +1,86 @@
+"""The Ray cluster the trainer runs on: the launcher's (RAY_ADDRESS) or a local one."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator, Mapping, MutableMapping, Optional
+
+class ResourceError(ValueError):
+    """The run asks for more CPUs/GPUs than the cluster has."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """What the trainer needs to know about the cluster it is connected to."""
+
+    address: Optional[str]  # None: a local Ray this process started
+    num_nodes: int
+    total_cpus: float
+    total_gpus: float
+
+
+@contextlib.contextmanager
+def ray_cluster(environ: MutableMapping[str, str], num_cpus: Optional[int] = None) -> Iterator[ClusterInfo]:
+    """Connect to RAY_ADDRESS, or start a local Ray; shut down (our part of) it on exit."""
+    import ray
+
+    address = environ.get("RAY_ADDRESS") or None
+    if address is None:
+        # Without this a standalone Ray writes a token to ~/.ray/auth_token.
+        environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    else:
+        ray.init(address=address, log_to_driver=True)
+    try:
+        yield describe_cluster(environ, address)
+    finally:
+        ray.shutdown()
+
+
+def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> ClusterInfo:
+    """Totals from the launcher's MPIRAY_TOTAL_* when set, else from Ray."""
+    import ray
+
+    resources = ray.cluster_resources()
+    alive_nodes = [node for node in ray.nodes() if node.get("Alive")]
+    return ClusterInfo(
+        address=address,
+        num_nodes=int(environ.get("MPIRAY_NUM_NODES") or len(alive_nodes)),
+        total_cpus=float(environ.get("MPIRAY_TOTAL_CPUS") or resources.get("CPU", 0)),
+        total_gpus=float(environ.get("MPIRAY_TOTAL_GPUS") or resources.get("GPU", 0)),
+    )
+
+
+def default_num_env_runners(total_cpus: float, reserved_cpus: float) -> int:
+    """All CPUs minus the algorithm/learners'; 0 (sample in the learner process) if none remain."""
+    return max(0, int(total_cpus - reserved_cpus))
+
+
+def requested_resources(algorithm_config) -> tuple[float, float]:
+    """(CPUs, GPUs) of the placement group Tune will request for this config."""
+    bundles = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles
+    return (
+        sum(bundle.get("CPU", 0) for bundle in bundles),
+        sum(bundle.get("GPU", 0) for bundle in bundles),
+    )
+
+
+def check_resources(algorithm_config, cluster: ClusterInfo) -> None:
+    """Fail fast when the run's placement group could never be scheduled (Tune would wait forever)."""
+    needed_cpus, needed_gpus = requested_resources(algorithm_config)
+    problems = []
+    if needed_cpus > cluster.total_cpus:
+        problems.append(
+            f"{needed_cpus:g} CPUs ({algorithm_config.num_env_runners} env runners x "
+            f"{algorithm_config.num_cpus_per_env_runner:g} + the algorithm/learners) "
+            f"but the cluster has {cluster.total_cpus:g}"
+        )
+    if needed_gpus > cluster.total_gpus:
+        problems.append(f"{needed_gpus:g} GPUs but the cluster has {cluster.total_gpus:g}")
+    if problems:
+        raise ResourceError(
+            "the run needs " + " and ".join(problems)
+            + ". Lower --num-env-runners / --num-gpus, or leave --num-env-runners unset "
+            "to use all CPUs the cluster has."
+        )

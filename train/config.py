@@ -1,0 +1,194 @@
+"""Options -> RLlib AlgorithmConfig, stop criteria and checkpoint policy (no Ray started)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Mapping
+
+import gymnasium as gym
+
+from train.envs import EnvChoice
+from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
+
+FRAMEWORKS = ("torch",)
+# Spread bundles over nodes so env runners are not packed onto the head node.
+PLACEMENT_STRATEGY = "SPREAD"
+
+
+class AlgorithmNotFoundError(ValueError):
+    """--run names no RLlib algorithm."""
+
+
+class OptionError(ValueError):
+    """A flag value RLlib would reject, caught before any Ray work."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreMetricCopy:
+    """RLlib on_train_result hook: copy a nested metric to a top-level key.
+
+    Tune's checkpoint manager looks the score up in the unflattened result, so a
+    nested metric like env_runners/episode_return_mean would be ignored and
+    checkpoints kept by age. NaN until the metric exists (no finished episode).
+    """
+
+    metric: str
+
+    def __call__(self, *, result: dict, **kwargs) -> None:
+        result[self.metric] = lookup_metric(result, self.metric)
+
+
+def algorithm_names() -> list[str]:
+    """Names --run accepts (RLlib's algorithm registry)."""
+    from ray.rllib.algorithms.registry import ALGORITHMS
+
+    return sorted(ALGORITHMS)
+
+
+def resolve_algorithm(run: str) -> str:
+    """Canonical RLlib name for ``run`` (case-insensitive); AlgorithmNotFoundError lists valid ones."""
+    by_lower_name = {name.lower(): name for name in algorithm_names()}
+    if run.lower() in by_lower_name:
+        return by_lower_name[run.lower()]
+    close = difflib.get_close_matches(run.upper(), algorithm_names(), n=2, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise AlgorithmNotFoundError(
+        f"unknown --run {run!r}.{hint} Valid algorithms: {', '.join(algorithm_names())}."
+    )
+
+
+def default_algorithm_config(algorithm: str):
+    """RLlib's default AlgorithmConfig for a canonical algorithm name."""
+    from ray.rllib.algorithms.registry import ALGORITHMS
+
+    _, config = ALGORITHMS[algorithm]()
+    return config
+
+
+def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runners: int):
+    """The AlgorithmConfig the flags describe; ``num_env_runners`` already resolved."""
+    if options.framework not in FRAMEWORKS:
+        raise OptionError(
+            f"--framework {options.framework!r}: RLlib's new API stack supports only "
+            f"{', '.join(FRAMEWORKS)} (tf/tf2 were removed)."
+        )
+    learners = learner_settings(options.num_gpus)
+    config = (
+        default_algorithm_config(resolve_algorithm(options.run))
+        .framework(options.framework)
+        .environment(env=env.name, env_config=dict(options.env_config))
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=options.num_envs_per_env_runner,
+        )
+        .learners(**learners)
+        .resources(placement_strategy=PLACEMENT_STRATEGY)
+        .fault_tolerance(restart_failed_env_runners=True)
+        .rl_module(model_config={"fcnet_hiddens": list(options.fcnet_hiddens)})
+    )
+    if needs_flattening(env.observation_space):
+        config.env_runners(env_to_module_connector=flatten_observations)
+    if options.checkpoint_score and "/" in options.checkpoint_score:
+        config.callbacks(on_train_result=ScoreMetricCopy(options.checkpoint_score))
+    if options.seed is not None:
+        config.debugging(seed=options.seed)
+    config.training(**_training_settings(config, options, learners["num_learners"]))
+    return _apply_algo_config(config, options.algo_config)
+
+
+def learner_settings(num_gpus: float) -> dict[str, Any]:
+    """--num-gpus: <= 1 GPU on the local learner; N > 1 whole GPUs as N remote learners."""
+    if num_gpus < 0:
+        raise OptionError(f"--num-gpus must be >= 0, got {num_gpus}")
+    if num_gpus <= 1:
+        return {"num_learners": 0, "num_gpus_per_learner": num_gpus}
+    if not float(num_gpus).is_integer():
+        raise OptionError(f"--num-gpus above 1 must be a whole number (one learner per GPU), got {num_gpus}")
+    return {"num_learners": int(num_gpus), "num_gpus_per_learner": 1}
+
+
+def stop_criteria(options: TrainOptions, env: EnvChoice) -> dict[str, float]:
+    """Tune stop dict; --stop-reward defaults to the env's reward threshold."""
+    stop_reward = options.stop_reward if options.stop_reward is not None else env.reward_threshold
+    criteria = {
+        "training_iteration": options.stop_iters,
+        ENV_STEPS_METRIC: options.stop_timesteps,
+        RETURN_METRIC: stop_reward,
+    }
+    # --stop-reward none is +inf (never reached), distinct from None (use the env's threshold).
+    return {metric: value for metric, value in criteria.items() if value is not None and value != math.inf}
+
+
+def checkpoint_config(options: TrainOptions):
+    """Tune CheckpointConfig: every N iterations, keep the best K by score, and one at the end."""
+    from ray.tune import CheckpointConfig
+
+    return CheckpointConfig(
+        checkpoint_frequency=options.checkpoint_frequency,
+        num_to_keep=options.checkpoints_to_keep,
+        checkpoint_score_attribute=options.checkpoint_score,
+        checkpoint_score_order=options.checkpoint_score_order,
+        checkpoint_at_end=True,
+    )
+
+
+def needs_flattening(space: gym.Space) -> bool:
+    """RLlib's default models take flat Box observations; Discrete/Dict/Tuple need one-hot/flattening."""
+    return not isinstance(space, gym.spaces.Box)
+
+
+def flatten_observations(env=None, spaces=None, device=None):
+    """env_to_module connector factory: one-hot/flatten non-Box observations."""
+    from ray.rllib.connectors.env_to_module import FlattenObservations
+
+    return FlattenObservations()
+
+
+def _training_settings(config, options: TrainOptions, num_learners: int) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    if options.lr is not None:
+        settings["lr"] = options.lr
+    if options.train_batch_size is not None:
+        per_learner = math.ceil(options.train_batch_size / max(1, num_learners))
+        settings["train_batch_size_per_learner"] = per_learner
+        # PPO-style algorithms reject a minibatch larger than the batch.
+        minibatch = getattr(config, "minibatch_size", None)
+        if minibatch and minibatch > per_learner and "minibatch_size" not in options.algo_config:
+            settings["minibatch_size"] = per_learner
+    return settings
+
+
+def _apply_algo_config(config, algo_config: Mapping[str, Any]):
+    known = set(config.to_dict()) | set(vars(config))
+    unknown = [key for key in algo_config if key not in known and not hasattr(config, key)]
+    if unknown:
+        suggestions = {key: difflib.get_close_matches(key, sorted(known), n=3) for key in unknown}
+        raise OptionError(
+            "--algo-config: unknown AlgorithmConfig key(s) "
+            + "; ".join(f"{key!r} (close: {', '.join(close) or 'none'})" for key, close in suggestions.items())
+        )
+    try:
+        return config.update_from_dict(dict(algo_config))
+    except (AttributeError, TypeError, ValueError) as error:
+        raise OptionError(f"--algo-config {dict(algo_config)}: {error}") from error
+
+
+def lookup_metric(result: Mapping[str, Any], metric: str) -> float:
+    """A metric from a (nested) Tune result by its flat name, NaN when absent."""
+    if metric in result:
+        return _as_float(result[metric])
+    value: Any = result
+    for part in metric.split("/"):
+        if not isinstance(value, Mapping) or part not in value:
+            return math.nan
+        value = value[part]
+    return _as_float(value)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

@@ -1,0 +1,33 @@
+"""One line per training iteration, instead of Tune's periodic tables and config dumps."""
+
+from __future__ import annotations
+
+import sys
+
+from ray.tune import Callback
+
+from train.config import lookup_metric
+from train.options import ENV_STEPS_METRIC, RETURN_METRIC
+
+
+class ProgressLine(Callback):
+    """Print iteration, env steps, mean/min/max return and wall time for every result."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        print(format_progress(trial.trial_id, result), file=sys.stderr, flush=True)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        print(f"[train] trial {trial.trial_id} failed; details in {trial.path}/error.txt",
+              file=sys.stderr, flush=True)
+
+
+def format_progress(trial_id: str, result: dict) -> str:
+    """'[train] <trial> iter 3 | 12000 env steps | return 87.3 (min 12, max 200) | 45.1 s'."""
+    return (
+        f"[train] {trial_id} iter {result.get('training_iteration', 0)} | "
+        f"{lookup_metric(result, ENV_STEPS_METRIC):.0f} env steps | "
+        f"return {lookup_metric(result, RETURN_METRIC):.3f} "
+        f"(min {lookup_metric(result, 'env_runners/episode_return_min'):.3f}, "
+        f"max {lookup_metric(result, 'env_runners/episode_return_max'):.3f}) | "
+        f"{result.get('time_total_s', 0.0):.1f} s"
+    )

@@ -1,0 +1,194 @@
+"""The training lifecycle: validate -> connect Ray -> size -> check storage -> fit -> report."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import MutableMapping, Optional
+
+from train import cluster, config, storage
+from train.envs import EnvChoice, inspect_env
+from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
+
+EXIT_OK = 0
+EXIT_TRAINING_FAILED = 1
+
+
+def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> int:
+    """Train as ``options`` say; return the process exit code.
+
+    Everything that can be checked without Ray (algorithm, env, JSON, flags,
+    storage path) is checked first and raises ValueError subclasses.
+    """
+    algorithm = config.resolve_algorithm(options.run)
+    env = inspect_env(options.env, options.env_config)
+    # Catch bad flags/--algo-config before starting Ray; env runners are sized later.
+    provisional_config = config.build_algorithm_config(options, env, num_env_runners=0)
+    reserved_cpus = _reserved_cpus(provisional_config)
+    storage_path = storage.prepare_storage(
+        Path(options.storage_path) if options.storage_path else storage.default_storage_path(environ)
+    )
+    _print_legacy_flag_notes(options, environ)
+
+    # Checkpointing every iteration makes Tune warn that it snapshots its state often; that is intended.
+    environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    with cluster.ray_cluster(environ, num_cpus=_local_num_cpus(options, environ)) as ray_cluster:
+        num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
+        algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
+        cluster.check_resources(algorithm_config, ray_cluster)
+        storage.check_shared_storage(storage_path)
+        _say(
+            f"{algorithm} on {env.name}: {num_env_runners} env runners on a {ray_cluster.num_nodes}-node "
+            f"cluster ({ray_cluster.total_cpus:g} CPUs, {ray_cluster.total_gpus:g} GPUs)"
+        )
+        _register_env(env)
+        tuner = _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_path)
+        from train.interrupt import checkpoint_on_signal
+
+        with checkpoint_on_signal(options.stop_grace_s) as stop_request:
+            results = tuner.fit()
+        return _report(results, options, stop_request)
+
+
+def _reserved_cpus(provisional_config) -> float:
+    # Asking for the resource request also runs RLlib's own validation of the config.
+    try:
+        cpus, _ = cluster.requested_resources(provisional_config)
+    except (ValueError, TypeError, KeyError) as error:
+        raise config.OptionError(f"RLlib rejected the configuration: {error}") from error
+    return cpus
+
+
+def _num_env_runners(options: TrainOptions, ray_cluster: cluster.ClusterInfo, reserved_cpus: float) -> int:
+    if options.local_mode:
+        return 0
+    if options.num_env_runners is not None:
+        return options.num_env_runners
+    return cluster.default_num_env_runners(ray_cluster.total_cpus, reserved_cpus)
+
+
+def _local_num_cpus(options: TrainOptions, environ: MutableMapping[str, str]) -> Optional[int]:
+    return None if environ.get("RAY_ADDRESS") else options.num_cpus
+
+
+def _register_env(env: EnvChoice) -> None:
+    if env.factory is None:
+        return
+    from ray.tune import register_env
+
+    register_env(env.name, env.factory)
+
+
+def _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_path: Path):
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+    from train.interrupt import CheckpointOnSignal
+    from train.progress import ProgressLine
+
+    # The class, not its name: a name makes Tune import (and register) every RLlib algorithm.
+    trainable = algorithm_config.algo_class
+    experiment_dir = _experiment_to_resume(options, algorithm, storage_path)
+    if experiment_dir is not None:
+        _say(f"resuming {experiment_dir}; its saved config (env runners too) and stop criteria apply")
+        return tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+    name = options.name or storage.experiment_name(algorithm, env.name)
+    _say(f"results: {storage_path / name}; stop at {config.stop_criteria(options, env)}")
+    run_config = tune.RunConfig(
+        name=name,
+        storage_path=str(storage_path),
+        stop=config.stop_criteria(options, env),
+        checkpoint_config=config.checkpoint_config(options),
+        callbacks=[
+            CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback(), CheckpointOnSignal(), ProgressLine()
+        ],
+        verbose=0,  # ProgressLine replaces Tune's tables and full-config dumps
+    )
+    return tune.Tuner(trainable, param_space=algorithm_config, run_config=run_config)
+
+
+def _experiment_to_resume(options: TrainOptions, algorithm: str, storage_path: Path) -> Optional[Path]:
+    if not options.resume:
+        return None
+    from ray.tune import Tuner
+
+    if options.name:
+        candidate = storage_path / options.name
+        if Tuner.can_restore(str(candidate)):
+            return candidate
+        _say(f"--resume: no experiment to resume at {candidate}; starting it")
+        return None
+    latest = storage.latest_experiment(storage_path, storage.experiment_prefix(algorithm, options.env))
+    if latest is None:
+        _say(f"--resume: no {algorithm} on {options.env} experiment in {storage_path}; starting a new one")
+    return latest
+
+
+def _report(results, options: TrainOptions, stop_request) -> int:
+    _say(f"experiment: {results.experiment_path}")
+    for result in results:
+        _report_trial(result, options)
+    if results.errors:
+        for error in results.errors:
+            _say(f"trial failed: {error}")
+        return EXIT_TRAINING_FAILED
+    if stop_request.requested and not all(result.metrics.get("done") for result in results):
+        saved = "a checkpoint was saved" if stop_request.checkpoint_paths else (
+            f"no checkpoint within --stop-grace {options.stop_grace_s:g} s, resume starts from the last periodic one"
+        )
+        _say(
+            f"stopped by {signal.Signals(stop_request.signal_number).name} ({saved}); "
+            f"resume with: python -m train --resume --name {Path(results.experiment_path).name} "
+            f"--storage-path {Path(results.experiment_path).parent}"
+        )
+        return 128 + stop_request.signal_number
+    return EXIT_OK
+
+
+def _report_trial(result, options: TrainOptions) -> None:
+    metrics = result.metrics or {}
+    mean_return = config.lookup_metric(metrics, RETURN_METRIC)
+    _say(
+        f"trial {Path(result.path).name}: {metrics.get('training_iteration', 0)} iterations, "
+        f"{metrics.get(ENV_STEPS_METRIC, 0):.0f} env steps, {metrics.get('time_total_s', 0):.1f} s, "
+        f"mean return {mean_return:.3f}"
+    )
+    if result.checkpoint is not None:
+        _say(f"last checkpoint: {result.checkpoint.path}")
+    best = _best_checkpoint(result, options)
+    if best is not None:
+        _say(f"best checkpoint ({options.checkpoint_score}): {best.path}")
+        _say(f"evaluate it: python -m train evaluate {best.path}")
+
+
+def _best_checkpoint(result, options: TrainOptions):
+    if not options.checkpoint_score or not result.best_checkpoints:
+        return None
+    scored = [
+        (checkpoint, config.lookup_metric(metrics, options.checkpoint_score))
+        for checkpoint, metrics in result.best_checkpoints
+    ]
+    scored = [(checkpoint, score) for checkpoint, score in scored if not math.isnan(score)]
+    if not scored:
+        return None
+    pick = max if options.checkpoint_score_order == "max" else min
+    return pick(scored, key=lambda pair: pair[1])[0]
+
+
+def _print_legacy_flag_notes(options: TrainOptions, environ: MutableMapping[str, str]) -> None:
+    if options.local_mode:
+        _say(
+            "note: Ray has no local mode any more; --local-mode now means 0 env runners "
+            "(sampling runs in the algorithm's own process), the closest debugging setup"
+        )
+    if options.num_cpus is not None and environ.get("RAY_ADDRESS"):
+        _say(
+            "note: --num-cpus only sizes a local Ray; on the launcher's cluster the CPUs are "
+            "fixed by start_ray.py. Use --num-env-runners to use fewer of them"
+        )
+
+
+def _say(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
