@@ -107,8 +107,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     option("--object-store-memory", type=parse_bytes, default=None,
            help="object store size of each Ray node, e.g. 2G (default: 30%% of the rank's memory "
            "share, capped by /dev/shm)")
-    option("--stop-grace", type=_non_negative(float), default=10.0,
-           help="seconds between SIGTERM and SIGKILL, for the driver and for Ray (default: 10)")
+    option("--stop-grace", type=_non_negative(float), default=30.0,
+           help="seconds between SIGTERM and SIGKILL: the driver's time to checkpoint, and the most "
+           "a Ray node gets to stop (default: 30, Slurm's default KillWait)")
     option("--time-limit", type=_positive_float, default=None,
            help="stop the driver after this many seconds (SIGTERM, grace, SIGKILL); exit code 124")
     option("--interface", default=None,

@@ -21,7 +21,7 @@ class Config:
     num_gpus: int | None = None
     head_cpus: int | None = None
     object_store_memory: int | None = None  # bytes per Ray node
-    stop_grace: float = 10.0
+    stop_grace: float = 30.0
     time_limit: float | None = None
     interface: str | None = None
     temp_dir: Path = Path("/tmp")

@@ -243,6 +243,7 @@ def drive(me: Rank, nodes: list[Report]) -> int:
         MPIRAY_TOTAL_CPUS=str(int(sum(r.resources.get("CPU", 0) for r in nodes))),
         MPIRAY_TOTAL_GPUS=str(int(sum(r.resources.get("GPU", 0) for r in nodes))),
         MPIRAY_HEAD_IP=session.head_ip,
+        MPIRAY_STOP_GRACE=f"{config.stop_grace:g}",  # how long the driver has after SIGTERM
     )
     out_path = job_log_dir(config.log_dir, session.job_id) / "driver.log"
     try:

@@ -18,60 +18,93 @@ class Scheduler:
     marker: str  # set in every job of this scheduler
     job_id: tuple[str, ...]  # first one set wins
     cpus_per_task: tuple[str, ...] = ()
+    cpus_per_task_unknown_if: tuple[str, ...] = ()  # when one of these is set, the above is unreliable
+    job_id_suffix: str = ""  # cut from this character on: PBS's "1234.server" -> "1234"
 
 
 @dataclass(frozen=True)
 class Launcher:
     name: str
-    marker: str  # set in every task this launcher starts
-    size: tuple[str, ...]  # number of tasks the launcher started, first one set wins
+    markers: tuple[str, ...]  # all set in every task this launcher starts
+    size: tuple[str, ...]  # number of MPI tasks the launcher started, first one set wins
+    rank: tuple[str, ...]  # this task's index among them
     mpi_hint: str  # what to tell a user whose MPI saw only one of those tasks
 
 
-# Order matters: the first whose marker is set is the one reported.
+# Order matters: the first whose marker is set is the one reported (for launchers: all markers).
 SCHEDULERS = (
-    Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",)),
-    Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS", "OMP_NUM_THREADS")),
-    Scheduler("cobalt", "COBALT_JOBID", ("COBALT_JOBID",)),
+    # In a hetjob step Slurm 22.05 gives every task the same SLURM_CPUS_PER_TASK, whichever
+    # component it is in (seen on the testbed: the last component's value).
+    Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",)),
+    # NCPUS: the chunk's ncpus. Not OMP_NUM_THREADS, which users set to 1 for PyTorch's sake.
+    Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS",), job_id_suffix="."),
+    Scheduler("cobalt", "COBALT_JOBID", ("COBALT_JOBID",), ("ALPS_APP_DEPTH",)),  # aprun -d
     Scheduler("alps", "ALPS_APP_ID", ("ALPS_APP_ID",), ("ALPS_APP_DEPTH",)),
 )
 
+# A launcher that starts its tasks through another one comes first: MPICH's or Intel's mpirun
+# inside a Slurm job runs its proxies as one srun step, so its ranks carry SLURM_STEP_ID and
+# SLURM_STEP_NUM_TASKS counts the proxies (one per node), not the ranks; PMI_SIZE counts the ranks.
+# Open MPI's mpirun does the same with its daemons.
 LAUNCHERS = (
     Launcher(
-        "srun",
-        "SLURM_STEP_ID",
-        ("SLURM_STEP_NUM_TASKS",),
-        "srun started these tasks but the MPI library did not get its process manager: run "
-        "`srun --mpi=pmi2 ...` (or --mpi=pmix where your Slurm has it; `srun --mpi=list` shows "
-        "them), or set MpiDefault in slurm.conf",
-    ),
-    Launcher(
         "pals",
-        "PALS_RANKID",
-        ("PALS_SIZE", "PMI_SIZE"),
+        ("PALS_RANKID",),
+        ("PMI_SIZE",),  # PALS has no PALS_SIZE; Cray PMI sets PMI_SIZE
+        ("PALS_RANKID",),
         "PALS mpiexec started these tasks but the MPI library is not Cray MPICH/PALS-aware: load "
         "the cray-mpich and cray-pals modules and rebuild mpi4py against them",
     ),
     Launcher(
         "aprun",
-        "ALPS_APP_PE",
+        ("ALPS_APP_PE",),
         ("PMI_SIZE",),
+        ("ALPS_APP_PE",),
         "aprun started these tasks but the MPI library is not Cray MPICH: build mpi4py with the "
         "Cray compiler wrapper (`MPICC=cc pip install --no-binary mpi4py mpi4py`)",
     ),
     Launcher(
         "openmpi",
-        "OMPI_COMM_WORLD_SIZE",
         ("OMPI_COMM_WORLD_SIZE",),
+        ("OMPI_COMM_WORLD_SIZE",),
+        ("OMPI_COMM_WORLD_RANK",),
         "Open MPI's mpirun started these tasks but mpi4py uses another MPI library: use the "
         "mpirun that belongs to the MPI mpi4py was built with",
     ),
     Launcher(
         "hydra",
-        "PMI_SIZE",
+        ("MPI_LOCALNRANKS",),  # set by the hydra proxies of MPICH and Intel MPI, not by srun
         ("PMI_SIZE",),
+        ("PMI_RANK",),
         "MPICH's mpiexec started these tasks but mpi4py uses another MPI library: use the "
         "mpiexec that belongs to the MPI mpi4py was built with",
+    ),
+    Launcher(
+        "srun",
+        ("SLURM_STEP_ID", "SLURM_MPI_TYPE"),  # srun --mpi=pmi2 (or pmix...): PMI was offered
+        ("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
+        ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID"),
+        "srun offered its tasks a process manager (SLURM_MPI_TYPE) but the MPI library mpi4py "
+        "uses did not take it: pick a plugin that library supports (`srun --mpi=list`; pmi2 for "
+        "MPICH, Intel MPI and Cray MPICH, pmix for Open MPI), or rebuild mpi4py against the "
+        "site's MPI",
+    ),
+    Launcher(
+        "srun",
+        ("SLURM_STEP_ID",),
+        ("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
+        ("PMI_RANK", "SLURM_PROCID"),
+        "srun started these tasks but the MPI library did not get its process manager: run "
+        "`srun --mpi=pmi2 ...` (or --mpi=pmix where your Slurm has it; `srun --mpi=list` shows "
+        "them), or set MpiDefault in slurm.conf",
+    ),
+    Launcher(
+        "pmi",
+        ("PMI_SIZE",),  # some other PMI process manager (e.g. MPICH's gforker)
+        ("PMI_SIZE",),
+        ("PMI_RANK",),
+        "a PMI process manager started these tasks but mpi4py's MPI library did not join it: use "
+        "the mpiexec that belongs to the MPI mpi4py was built with",
     ),
 )
 
@@ -81,9 +114,10 @@ class Environment:
     """What this rank was started by, as far as the environment tells."""
 
     scheduler: str  # "slurm", "pbs", "cobalt", "alps" or "none"
-    launcher: str  # "srun", "pals", "aprun", "openmpi", "hydra" or "none"
+    launcher: str  # "pals", "aprun", "openmpi", "hydra", "srun", "pmi" or "none"
     job_id: str | None
     launched_tasks: int | None  # tasks the launcher says it started
+    task_rank: int | None  # this task's index among them (its MPI rank unless MPI missed them)
     cpus_per_task: int | None
     mpi_hint: str
 
@@ -98,6 +132,23 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
         if value:
             return value
     return None
+
+
+def _job_id(environ: Mapping[str, str], scheduler: Scheduler) -> str | None:
+    job_id = _first(environ, scheduler.job_id)
+    if job_id and scheduler.job_id_suffix:
+        job_id = job_id.split(scheduler.job_id_suffix, 1)[0] or job_id
+    return job_id
+
+
+def _cpus_per_task(environ: Mapping[str, str], scheduler: Scheduler) -> int | None:
+    if any(environ.get(name) for name in scheduler.cpus_per_task_unknown_if):
+        return None
+    return _positive_int(_first(environ, scheduler.cpus_per_task))
+
+
+def _index(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def _positive_int(text: str | None) -> int | None:
@@ -115,13 +166,14 @@ def _positive_int(text: str | None) -> int | None:
 def detect(environ: Mapping[str, str] | None = None) -> Environment:
     environ = os.environ if environ is None else environ
     scheduler = next((s for s in SCHEDULERS if environ.get(s.marker)), None)
-    launcher = next((l for l in LAUNCHERS if environ.get(l.marker)), None)
+    launcher = next((l for l in LAUNCHERS if all(environ.get(m) for m in l.markers)), None)
     return Environment(
         scheduler=scheduler.name if scheduler else "none",
         launcher=launcher.name if launcher else "none",
-        job_id=_first(environ, scheduler.job_id) if scheduler else None,
+        job_id=_job_id(environ, scheduler) if scheduler else None,
         launched_tasks=_positive_int(_first(environ, launcher.size)) if launcher else None,
-        cpus_per_task=_positive_int(_first(environ, scheduler.cpus_per_task)) if scheduler else None,
+        task_rank=_index(_first(environ, launcher.rank)) if launcher else None,
+        cpus_per_task=_cpus_per_task(environ, scheduler) if scheduler else None,
         mpi_hint=launcher.mpi_hint if launcher else "",
     )
 

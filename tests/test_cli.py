@@ -18,6 +18,7 @@ def test_defaults_run_the_trainer():
     assert config.port == 0
     assert config.auth and not config.dashboard
     assert config.temp_dir == Path("/tmp")
+    assert config.stop_grace == 30
 
 
 def test_driver_after_double_dash_keeps_its_own_options():
