@@ -10,7 +10,6 @@ import time
 import pytest
 
 from slurm import testbed
-from slurm.fixture import slurm_testbed  # noqa: F401  (until tests/conftest.py imports it)
 
 pytestmark = pytest.mark.slurm
 

@@ -390,6 +390,28 @@ def processes_on(node: Node) -> list[int]:
     return pids
 
 
+def job_processes(testbed: Testbed, job_id: int | str) -> dict[int, str]:
+    """PID -> command line of every live process of a job on the nodes: its slurmstepds and all
+    that inherited the job's SLURM_JOB_ID (tasks and whatever they started: Ray, the driver).
+
+    Other jobs running on the same nodes at the same time are not included.
+    """
+    stepd = f"slurmstepd: [{job_id}."
+    variable = f"SLURM_JOB_ID={job_id}".encode()
+    found = {}
+    for node in testbed.nodes:
+        for pid in processes_on(node):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # exited meanwhile
+                continue
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+            if command.startswith(stepd) or variable in environ:
+                found[pid] = f"{node.name}: {command}"
+    return found
+
+
 # --- network ---------------------------------------------------------------------------------
 
 

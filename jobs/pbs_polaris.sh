@@ -1,0 +1,62 @@
+#!/bin/bash
+# A Ray cluster over PBS Pro nodes (ALCF Polaris): one launcher rank, hence one Ray node, per
+# node, started by Cray's PALS mpiexec. Rank 0 runs the Ray head and the driver; the job's exit
+# code is the driver's.
+#
+#   cd /where/logs/should/go && qsub /path/to/jobs/pbs_polaris.sh
+#   qsub -l select=8:system=polaris jobs/pbs_polaris.sh     # more nodes: nothing else to change
+#
+#PBS -N ray-polaris
+#PBS -A myproject
+#PBS -q debug-scaling
+#PBS -l select=4:system=polaris
+#PBS -l place=scatter
+#PBS -l walltime=01:00:00
+#PBS -l filesystems=home:eagle
+#PBS -j oe
+
+# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` ---------------------
+# The mpiray checkout (start_ray.py), on a filesystem that every node sees.
+MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
+# How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
+ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
+# What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
+export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus 4 --stop-timesteps 1000000"}
+# Hardware threads per rank (a Polaris node has 64) and GPUs per Ray node (4 A100s).
+DEPTH=${DEPTH:-64}
+GPUS_PER_NODE=${GPUS_PER_NODE:-4}
+# The network the Ray nodes talk over: the Slingshot interface (`ip -br addr` on a compute node).
+export MPIRAY_INTERFACE=${MPIRAY_INTERFACE:-hsn0}
+# PBS sends no notice before the walltime, so the launcher stops the driver itself after this
+# many seconds (SIGTERM, MPIRAY_STOP_GRACE seconds to save a checkpoint, SIGKILL; the job then
+# ends with code 124): the walltime above less a few minutes for startup and teardown.
+export MPIRAY_TIME_LIMIT=${MPIRAY_TIME_LIMIT:-3300}
+export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
+# ---------------------------------------------------------------------------------------------
+
+set -uo pipefail
+eval "$ENV_SETUP"
+cd "$PBS_O_WORKDIR" || exit 1
+
+nodes=$(sort -u "$PBS_NODEFILE" | wc -l)
+job_id=${PBS_JOBID%%.*}  # "1234.polaris-pbs-01..." -> "1234", as the launcher names logs/JOB_ID
+echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers;" \
+     "the driver stops after $MPIRAY_TIME_LIMIT s"
+
+# What this job does not need:
+# - no fixed waits: each rank waits until the GCS lists its own Ray node, then rank 0 starts the
+#   driver; a node that never joins is named in rank 0's log at --startup-timeout;
+# - no cluster password: the launcher makes a per-job token that only this job's ranks know;
+# - no `ray stop` at the end: each rank stops exactly the processes it started.
+#
+# mpiexec options (PALS): -n ranks in all, --ppn 1 one rank per node, --depth/--cpu-bind depth
+# give each rank DEPTH hardware threads, which the launcher offers to Ray as CPUs.
+# `qdel JOBID` sends SIGTERM, which mpiexec passes on: rank 0 gives the driver
+# MPIRAY_STOP_GRACE seconds; PBS kills what is left after its kill_delay.
+code=0
+mpiexec -n "$nodes" --ppn 1 --depth "$DEPTH" --cpu-bind depth \
+    python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" \
+        --num-gpus "$GPUS_PER_NODE" || code=$?
+
+echo "job $job_id: exit code $code; per-rank logs in $PBS_O_WORKDIR/logs/$job_id/"
+exit "$code"  # the job's Exit_status in `qstat -fx`: the driver's

@@ -1,0 +1,380 @@
+"""The launcher and the job scripts in jobs/ under real srun/sbatch, on the 3-host Slurm testbed
+(tests/slurm/): nodes mpiray-node1..3 with their own addresses, PMI2 only when asked for.
+
+Every job gets a unique name; whatever a test submitted is cancelled at its end, and each test
+checks by PID that no process of its jobs is left on any node. Timings are printed (pytest -s
+shows them; they are also in the JUnit properties).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from slurm import testbed
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+START_RAY = ROOT / "start_ray.py"
+JOBS = ROOT / "jobs"
+PLACEMENT = ROOT / "tests" / "slurm" / "placement_driver.py"
+CHECKPOINT = ROOT / "tests" / "slurm" / "checkpoint_driver.py"
+PROBE = ROOT / "tests" / "drivers" / "probe.py"
+
+# Under load (2 cores, other tests running) a 3-node cluster takes 15-30 s to come up.
+JOB_TIMEOUT_S = 300
+# Slurm's SIGKILL comes KillWait (10 s) after a cancel; then the nodes need a moment.
+GONE_TIMEOUT_S = testbed.KILL_WAIT_S + 50
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) rank \d+ \(([^)]+)\): (.*)$")
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+class Jobs:
+    """The jobs of one test: all named `name`, their ids as they become known."""
+
+    def __init__(self, bed: testbed.Testbed):
+        self.bed = bed
+        self.name = f"mpiray-test-{secrets.token_hex(3)}"
+        self.ids: list[str] = []
+
+    def env(self, submit_dir: Path, driver: list[str], **extra: str) -> dict[str, str]:
+        """Environment of sbatch for the scripts in jobs/: this checkout, its venv, the driver."""
+        return self.bed.env({
+            **os.environ,
+            "MPIRAY_DIR": str(ROOT),
+            "ENV_SETUP": f"source {shlex.quote(str(Path(PYTHON).parent / 'activate'))}",
+            "MPIRAY_DRIVER": shlex.join(driver),
+            **extra,
+        })
+
+    def submit(self, script: Path, submit_dir: Path, env: dict[str, str], *options: str) -> str:
+        """sbatch the script from submit_dir on the testbed's partition; returns the job id."""
+        result = self.bed.run(
+            ["sbatch", "--parsable", f"--job-name={self.name}", f"--partition={self.bed.partition}",
+             *options, str(script)],
+            env=env, cwd=submit_dir, timeout=60)
+        assert result.returncode == 0, result.stderr
+        job_id = result.stdout.strip().split(";")[0]
+        self.ids.append(job_id)
+        return job_id
+
+    def wait_until_gone(self, job_id: str, timeout: float = GONE_TIMEOUT_S) -> None:
+        """Fail unless every process of the job (slurmstepd, ranks, Ray, driver) has ended."""
+        deadline = time.monotonic() + timeout
+        while (left := testbed.job_processes(self.bed, job_id)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"processes of job {job_id} still running:\n" + "\n".join(
+            f"  {pid} {command[:150]}" for pid, command in sorted(left.items()))
+
+    def ended_ids(self) -> list[str]:
+        """Ids of the ended jobs with this name (srun's too), from the job completion log."""
+        result = self.bed.run(["sacct", "--completion", "--noheader", "--parsable2",
+                               "--format=JobID,JobName"], timeout=60, check=True)
+        return [line.split("|")[0] for line in result.stdout.splitlines()
+                if line.endswith(f"|{self.name}")]
+
+    def cancel_all(self) -> None:
+        self.bed.run(["scancel", f"--name={self.name}"], timeout=60)
+        for job_id in dict.fromkeys(self.ids + self.ended_ids()):
+            self.wait_until_gone(job_id)
+
+
+@pytest.fixture
+def jobs(slurm_testbed):
+    tracked = Jobs(slurm_testbed)
+    yield tracked
+    tracked.cancel_all()
+
+
+def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
+    """The first file under root matching pattern that contains text (polls until the timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in root.glob(pattern):
+            if text in path.read_text(errors="replace"):
+                return path
+        time.sleep(0.2)
+    pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
+
+
+def log_time(log: str, text: str) -> float:
+    """Epoch time of the first line of a rank log that contains text."""
+    for line in log.splitlines():
+        match = LOG_TIME.match(line)
+        if match and text in match.group(3):
+            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    raise AssertionError(f"no line with {text!r} in:\n{log}")
+
+
+def rank_logs(job_dir: Path, ranks: int) -> list[str]:
+    return [(job_dir / f"rank-{rank:04d}.log").read_text() for rank in range(ranks)]
+
+
+def placement(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("PLACEMENT ")]
+    assert lines, f"the driver printed no PLACEMENT line:\n{output}"
+    return json.loads(lines[-1][len("PLACEMENT "):])
+
+
+def node_ip_by_host(bed: testbed.Testbed) -> dict[str, str]:
+    return {node.name: node.ip for node in bed.nodes}
+
+
+def assert_each_rank_advertises_its_own_node_ip(bed: testbed.Testbed, logs: list[str]) -> None:
+    """Every rank passed --node-ip-address with its own host's address, never 127.x."""
+    ips = node_ip_by_host(bed)
+    for log in logs:
+        host = LOG_TIME.match(log.splitlines()[-1]).group(2)
+        advertised = re.findall(r"--node-ip-address=(\S+)", log)
+        assert advertised == [ips[host]], (host, advertised)
+
+
+def report(capsys, request, **timings: float) -> None:
+    """Show timings in the test output, even when pytest captures it."""
+    with capsys.disabled():
+        print("\n" + request.node.name + ": " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    for key, value in timings.items():
+        request.node.user_properties.append((key, round(value, 2)))
+
+
+# ---- the job scripts, statically ----------------------------------------------------------
+
+SCRIPTS = sorted(JOBS.glob("*.sh"))
+
+
+def _code(script: Path) -> str:
+    """The script without its comments (#SBATCH/#PBS/#COBALT lines included)."""
+    lines = []
+    for line in script.read_text().splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        lines.append(re.sub(r"\s+#\s.*$", "", line))
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_job_script_is_valid_bash_without_sleeps_or_redis(script):
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    code = _code(script)
+    assert not re.search(r"\bsleep\b", code, re.IGNORECASE), "a fixed wait: wait for a condition instead"
+    assert "redis" not in code.lower(), "Ray has no Redis: the launcher makes a per-job token"
+
+
+def test_the_batch_scripts_are_all_there():
+    names = {script.name for script in SCRIPTS}
+    assert {"slurm_single_node.sh", "slurm_multi_node.sh", "slurm_hetjob.sh", "pbs_polaris.sh",
+            "alps_theta.sh"} <= names
+
+
+# ---- srun ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slurm
+def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, jobs, tmp_path):
+    bed = slurm_testbed
+    result = bed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", "--mpi=pmi2",
+         f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"),
+         "--", PYTHON, str(PLACEMENT)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)  # the Slurm job id names the log directory
+
+    seen = placement(result.stdout)
+    ips = node_ip_by_host(bed)
+    assert sorted(node["ip"] for node in seen["nodes"]) == bed.node_ips
+    assert all(ips[node["host"]] == node["ip"] for node in seen["nodes"]), seen["nodes"]
+    # One task pinned to each node ran there, so tasks ran on all three hosts.
+    assert [task["node_id"] for task in seen["pinned"]] == [node["node_id"] for node in seen["nodes"]]
+    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips
+    assert len({task["ip"] for task in seen["spread"]}) > 1
+    assert seen["driver_host"] == bed.node_names[0]
+
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(bed, logs)
+    assert "scheduler slurm, launcher srun, 3 tasks" in logs[0]
+    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    jobs.wait_until_gone(job_dir.name)
+
+
+@pytest.mark.slurm
+def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_path):
+    started = time.monotonic()
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", f"--chdir={tmp_path}",
+         PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--", PYTHON, str(PROBE)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode != 0
+    assert "srun started 3 tasks, but MPI reports a world of 1 rank" in result.stderr
+    assert "srun --mpi=pmi2" in result.stderr
+    assert "PROBE" not in result.stdout  # no driver, no Ray: it stops before starting anything
+    assert time.monotonic() - started < 60
+    logged = "".join(path.read_text() for path in (tmp_path / "logs").rglob("rank-*.log"))
+    assert "--mpi=pmi2" in logged
+    (job_id,) = jobs.ended_ids()
+    jobs.wait_until_gone(job_id)
+
+
+# ---- sbatch with the scripts in jobs/ --------------------------------------------------------
+
+
+@pytest.mark.slurm
+def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
+        slurm_testbed, jobs, tmp_path, capsys, request):
+    bed = slurm_testbed
+    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT)])
+    submitted = time.time()
+    # --wait: sbatch returns when the job has ended, with the job's exit code.
+    sbatch = subprocess.Popen(
+        ["sbatch", "--wait", "--parsable", f"--job-name={jobs.name}", f"--partition={bed.partition}",
+         "--cpus-per-task=2", str(JOBS / "slurm_multi_node.sh")],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rank0 = wait_for_file_text(tmp_path, "logs/*/rank-0000.log", "Driver exited")
+        job_id = rank0.parent.name
+        jobs.ids.append(job_id)
+        result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+        completed = time.time()
+        out, err = sbatch.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if sbatch.poll() is None:
+            sbatch.kill()
+            sbatch.wait()
+    assert sbatch.returncode == 0, err
+    assert out.strip().split(";")[0] == job_id
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+
+    output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
+    seen = placement(output)
+    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips
+    assert f"job {job_id}: exit code 0; per-rank logs in {tmp_path}/logs/{job_id}/" in output
+    job_dir = tmp_path / "logs" / job_id
+    assert sorted(p.name for p in job_dir.glob("rank-*.log") if not p.name.endswith(".ray.log")) == \
+        ["rank-0000.log", "rank-0001.log", "rank-0002.log"]
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(bed, logs)
+    assert "PLACEMENT" in (job_dir / "driver.log").read_text()
+    assert "Resources given to Ray: 2 CPUs" in logs[1]  # --cpus-per-task reached the ranks
+    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    jobs.wait_until_gone(job_id)
+
+    launched = log_time(logs[0], "mpiray on ")  # rank 0's first line: MPI is up
+    ready = log_time(logs[0], "Workers are all running!")
+    driver_exit = log_time(logs[0], "Driver exited")
+    report(capsys, request, sbatch_to_rank0_running=launched - submitted,
+           sbatch_to_workers_running=ready - submitted, driver_exit_to_completed=completed - driver_exit)
+
+
+@pytest.mark.slurm
+def test_failing_driver_fails_the_job_with_its_exit_code(slurm_testbed, jobs, tmp_path):
+    env = jobs.env(tmp_path, [PYTHON, str(PROBE), "--exit", "3"])
+    job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="FAILED", exit_code=3, signal=0)
+    logs = rank_logs(tmp_path / "logs" / job_id, 3)
+    assert "Driver exited with code 3" in logs[0]
+    for log in logs[1:]:
+        assert "Rank 0 ended the job with exit code 3" in log
+    assert all(log.rstrip().endswith("Exit code 3") for log in logs)
+    jobs.wait_until_gone(job_id)
+
+
+# How a running job is stopped, and how it then ends in sacct.
+STOPS = {
+    # The notice the job scripts ask for with `--signal=TERM@120` comes the same way: SIGTERM to
+    # every process of the job's steps, the batch script left alone; the job then ends itself.
+    "scancel-signal-term": (["--signal=TERM"], ("FAILED", 143)),
+    # A plain scancel: SIGTERM to everything, SIGKILL after KillWait (10 s here).
+    "scancel": ([], ("CANCELLED", 0)),
+}
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("stop", STOPS)
+def test_scancel_gives_the_driver_its_grace_then_every_rank_stops(
+        slurm_testbed, jobs, tmp_path, capsys, request, stop):
+    scancel_options, (state, exit_code) = STOPS[stop]
+    marker = tmp_path / "checkpoint.json"
+    grace = 4  # the driver needs 2 s; twice the grace stays below KillWait
+    env = jobs.env(tmp_path, [PYTHON, str(CHECKPOINT), str(marker), "--save-seconds", "2"],
+                   MPIRAY_STOP_GRACE=str(grace))
+    job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
+    job_dir = tmp_path / "logs" / job_id
+    wait_for_file_text(job_dir, "driver.log", "READY 3 nodes")
+    running = testbed.job_processes(slurm_testbed, job_id)
+    assert any("ray start" in command for command in running.values())
+
+    signalled = time.time()
+    cancel = slurm_testbed.run(["scancel", *scancel_options, job_id], timeout=60)
+    assert cancel.returncode == 0, cancel.stderr
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    jobs.wait_until_gone(job_id)
+    gone = time.time()
+
+    assert (result.state, result.exit_code) == (state, exit_code)
+    saved = json.loads(marker.read_text())  # the driver's SIGTERM handler ran to its end
+    assert saved["saved"] - saved["sigterm"] >= 2
+    logs = rank_logs(job_dir, 3)
+    assert f"SIGTERM to the driver, {grace:g} s to finish" in logs[0]
+    # The driver had finished saving before any rank stopped its Ray node.
+    for rank, log in enumerate(logs):
+        if rank > 0:
+            assert saved["saved"] <= log_time(log, "Rank 0 ended the job with exit code 143")
+        if "Stopped " in log:
+            assert saved["saved"] <= log_time(log, "Stopped ")
+    if stop == "scancel-signal-term":  # no SIGKILL from Slurm: every rank ends on its own
+        assert all(log.rstrip().endswith("Exit code 143") for log in logs)
+    report(capsys, request, scancel_to_driver_sigterm=saved["sigterm"] - signalled,
+           scancel_to_no_process_left=gone - signalled)
+
+
+@pytest.mark.slurm
+def test_single_node_script_splits_the_node_between_its_ranks(slurm_testbed, jobs, tmp_path):
+    env = jobs.env(tmp_path, [PYTHON, str(PROBE)], RANKS_PER_NODE="2")
+    job_id = jobs.submit(JOBS / "slurm_single_node.sh", tmp_path, env)
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+    output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
+    probe = json.loads([line for line in output.splitlines() if line.startswith("PROBE ")][-1][6:])
+    assert probe["nodes"] == 2
+    assert probe["cpus"] == testbed.CPUS_PER_NODE  # two Ray nodes, one node's cores, none twice
+    assert len(set(probe["ips"])) == 1
+    logs = rank_logs(tmp_path / "logs" / job_id, 2)
+    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    jobs.wait_until_gone(job_id)
+
+
+@pytest.mark.slurm
+def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, jobs, tmp_path):
+    # The testbed has no GPUs: component 0 asks for none, and LEARNER_GPUS=1 has the learner's
+    # Ray node offer a logical GPU, which is enough to see where GPU work is placed.
+    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT), "--gpu-task"], LEARNER_GPUS="1")
+    job_id = jobs.submit(JOBS / "slurm_hetjob.sh", tmp_path, env,
+                         "--gpus-per-node=0", "--cpus-per-task=2", ":",
+                         f"--partition={slurm_testbed.partition}", "--cpus-per-task=1")
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+    seen = placement((tmp_path / f"{jobs.name}-{job_id}.out").read_text())
+    learner = seen["driver_host"]  # rank 0 runs in component 0, the learner's
+    resources = {node["host"]: node["resources"] for node in seen["nodes"]}
+    assert sorted(resources) == slurm_testbed.node_names
+    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 1.0}
+    assert list(resources.values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] == "0"
+    assert sorted(task["ip"] for task in seen["pinned"]) == slurm_testbed.node_ips
+    logs = rank_logs(tmp_path / "logs" / job_id, 3)
+    assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
+    jobs.wait_until_gone(job_id)
