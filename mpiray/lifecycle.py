@@ -1,7 +1,8 @@
 """The launcher's lifecycle, top-down: share the session -> start nodes -> verify -> drive -> stop.
 
 Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker's
-`ray start` runs while the head starts (Ray retries the GCS for ~20 s). Each worker then checks that
+`ray start` imports Ray and connects while the head starts (it retries the GCS and then waits for the
+head's registration, polling every 2 s inside Ray). Each worker then checks that
 its own node is ALIVE in the GCS and reports; rank 0 runs the driver and sends everyone its exit code.
 Whatever happens, each rank stops exactly the processes it started, then all meet at a barrier and
 exit with the same code.
@@ -346,8 +347,11 @@ def wait_for_end(me: Rank) -> int:
         if me.node is not None and me.node.poll() is not None and not reported_death:
             reported_death = True
             what = f"its Ray node exited with code {processes.exit_code(me.node.returncode)} (see {ray_output_path(me.config.log_dir, me.session.job_id, me.rank)})"
-            me.log.error(what)
-            me.comm.send(what, 0, EVENT)
+            if me.stop.signum is None:
+                me.log.error(what)
+                me.comm.send(what, 0, EVENT)
+            else:  # the signal reached Ray's processes too: expected
+                me.log.step(what)
         if me.stop.signum is not None:
             # Rank 0 got the same signal and is giving the driver its grace period: wait for it.
             signalled_at = signalled_at or time.monotonic()
@@ -432,8 +436,12 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     output = ray_output_path(config.log_dir, session.job_id, me.rank)
     me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
     me.log.step(f"Ray output: {output}; Ray session logs: {me.temp_dir}/session_latest/logs (kept in {ray_session_logs_path(config.log_dir, session.job_id, me.rank)})")
+    env = commands.node_env(dict(os.environ), share.gpu_ids, token_path)
+    # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
+    # as --startup-timeout says instead.
+    env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
     with open(output, "ab") as out:
-        me.node = processes.start(argv, env=commands.node_env(dict(os.environ), share.gpu_ids, token_path), stdout=out, stderr=subprocess.STDOUT)
+        me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     if head and config.dashboard:
         me.log.step(f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265")
     # The launcher's own GCS queries need the token too.
@@ -512,7 +520,10 @@ def finish(me: Rank, code: int) -> int:
         me.comm.send_to_others(code, CONTROL)
     if me.driver is not None and me.driver.poll() is None:
         processes.stop_group(me.driver, config.stop_grace)
-    report = processes.stop_descendants([me.node] if me.node else [], config.stop_grace)
+    # After scancel/walltime the scheduler has signalled every process, Ray's too, and raylet then
+    # hangs on SIGTERM: an orderly stop is no longer possible, so do not spend the grace on it.
+    grace = min(config.stop_grace, 2.0) if me.stop.signum is not None else config.stop_grace
+    report = processes.stop_descendants([me.node] if me.node else [], grace)
     if report.pids:
         me.log.step(
             f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "
@@ -525,8 +536,10 @@ def finish(me: Rank, code: int) -> int:
     if not me.comm.barrier(config.stop_grace + 30):
         me.log.warning("not every rank reached the end (one may have died): exiting anyway")
     me.log.step(f"Exit code {code}")
-    fallback = rank_log_path(config.log_dir, "unknown-job", me.rank)
-    me.log.close(fallback)
+    # Never learned the job id: under srun without PMI every task is "rank 0", so use the task rank.
+    job_id = config.job_id or me.env.job_id or "unknown-job"
+    rank = me.env.task_rank if me.comm.size == 1 and me.env.task_rank is not None else me.rank
+    me.log.close(rank_log_path(config.log_dir, job_id, rank))
     return code
 
 
