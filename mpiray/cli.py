@@ -108,8 +108,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
            help="object store size of each Ray node, e.g. 2G (default: 30%% of the rank's memory "
            "share, capped by /dev/shm)")
     option("--stop-grace", type=_non_negative(float), default=30.0,
-           help="seconds between SIGTERM and SIGKILL: the driver's time to checkpoint, and the most "
-           "a Ray node gets to stop (default: 30, Slurm's default KillWait)")
+           help="seconds the driver gets between SIGTERM and SIGKILL to checkpoint; Ray nodes get at "
+           "most 5 of them (they stop in ~1 s) (default: 30, Slurm's default KillWait)")
     option("--time-limit", type=_positive_float, default=None,
            help="stop the driver after this many seconds (SIGTERM, grace, SIGKILL); exit code 124")
     option("--interface", default=None,

@@ -35,6 +35,7 @@ from mpiray.signals import StopRequest
 
 TIME_LIMIT_EXIT = 124  # as timeout(1)
 HEAD_LOST_EXIT = 1
+RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 
 
@@ -267,7 +268,10 @@ def drive(me: Rank, nodes: list[Report]) -> int:
             processes.stop_group(me.driver, config.stop_grace)
             code = 128 + me.stop.signum
         if code is None and limit is not None and time.monotonic() >= limit:
-            me.log.error(f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL after {config.stop_grace:g} s")
+            me.log.error(
+                f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL "
+                f"after {config.stop_grace:g} s"
+            )
             processes.stop_group(me.driver, config.stop_grace)
             code = TIME_LIMIT_EXIT
         if code is None and me.node.poll() is not None:
@@ -275,7 +279,8 @@ def drive(me: Rank, nodes: list[Report]) -> int:
                 f"the head's Ray node exited (code {processes.exit_code(me.node.returncode)}, see "
                 f"{ray_output_path(config.log_dir, session.job_id, 0)}): stopping the driver"
             )
-            processes.stop_group(me.driver, config.stop_grace)
+            # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
+            processes.stop_group(me.driver, min(config.stop_grace, RAY_STOP_GRACE))
             code = HEAD_LOST_EXIT
         event = me.comm.poll(tag=EVENT)
         if event is not None:
@@ -329,7 +334,10 @@ def follow(me: Rank) -> int:
         start_node(me, share, ports, head=False)
         me.log.step(f"Worker on rank {me.rank} with ip {me.node_spec.node_ip} will connect to {session.gcs_address}")
         node = wait_until_registered(me)
-        me.log.step(f"Worker on rank {me.rank} with ip {node.ip} is connected! (node {node.node_id[:12]}, {_res(node)})")
+        me.log.step(
+            f"Worker on rank {me.rank} with ip {node.ip} is connected! "
+            f"(node {node.node_id[:12]}, {_res(node)})"
+        )
         me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
     return wait_for_end(me)
@@ -346,7 +354,8 @@ def wait_for_end(me: Rank) -> int:
             return message[2]
         if me.node is not None and me.node.poll() is not None and not reported_death:
             reported_death = True
-            what = f"its Ray node exited with code {processes.exit_code(me.node.returncode)} (see {ray_output_path(me.config.log_dir, me.session.job_id, me.rank)})"
+            output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
+            what = f"its Ray node exited with code {processes.exit_code(me.node.returncode)} (see {output})"
             if me.stop.signum is None:
                 me.log.error(what)
                 me.comm.send(what, 0, EVENT)
@@ -405,10 +414,11 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
         return [str(error)] * (len(views) + idle)
     plans = []
     for index in range(len(views)):
+        is_head = me.rank == 0 and index == 0
         share = resources.split_host(
             views, index,
             cpus_per_task=me.env.cpus_per_task,
-            num_cpus=config.head_cpus if (me.rank == 0 and index == 0 and config.head_cpus is not None) else config.num_cpus,
+            num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
             num_gpus=config.num_gpus,
             object_store_memory=config.object_store_memory,
         )
@@ -435,7 +445,8 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     me.log.step(f"Ports: block {ports.node_manager - 1}-{ports.max_worker}" + (f", GCS {ports.gcs}" if head else ""))
     output = ray_output_path(config.log_dir, session.job_id, me.rank)
     me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
-    me.log.step(f"Ray output: {output}; Ray session logs: {me.temp_dir}/session_latest/logs (kept in {ray_session_logs_path(config.log_dir, session.job_id, me.rank)})")
+    kept = ray_session_logs_path(config.log_dir, session.job_id, me.rank)
+    me.log.step(f"Ray output: {output}; Ray session logs: {me.temp_dir}/session_latest/logs (kept in {kept})")
     env = commands.node_env(dict(os.environ), share.gpu_ids, token_path)
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
@@ -443,7 +454,10 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     with open(output, "ab") as out:
         me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     if head and config.dashboard:
-        me.log.step(f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265")
+        me.log.step(
+            f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "
+            f"ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265"
+        )
     # The launcher's own GCS queries need the token too.
     os.environ.update({k: v for k, v in commands.node_env({}, None, token_path).items() if k.startswith("RAY_AUTH")})
 
@@ -502,7 +516,9 @@ def wait_until_registered(me: Rank) -> NodeInfo:
         if done and isinstance(answer, NodeInfo):
             return answer
         if done:
-            last = f"{type(answer).__name__}: {answer}" if isinstance(answer, Exception) else "GCS answers, node not registered yet"
+            last = "GCS answers, node not registered yet"
+            if isinstance(answer, Exception):
+                last = f"{type(answer).__name__}: {answer}"
         if time.monotonic() >= deadline:
             raise StartupTimeout(
                 f"this rank's Ray node did not join {me.session.gcs_address} within --startup-timeout "
@@ -520,9 +536,9 @@ def finish(me: Rank, code: int) -> int:
         me.comm.send_to_others(code, CONTROL)
     if me.driver is not None and me.driver.poll() is None:
         processes.stop_group(me.driver, config.stop_grace)
-    # After scancel/walltime the scheduler has signalled every process, Ray's too, and raylet then
-    # hangs on SIGTERM: an orderly stop is no longer possible, so do not spend the grace on it.
-    grace = min(config.stop_grace, 2.0) if me.stop.signum is not None else config.stop_grace
+    # A healthy node stops in order in ~1 s; one that does not (GCS lost, or scancel already
+    # signalled raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver.
+    grace = min(config.stop_grace, RAY_STOP_GRACE if me.stop.signum is None else 2.0)
     report = processes.stop_descendants([me.node] if me.node else [], grace)
     if report.pids:
         me.log.step(
@@ -606,4 +622,5 @@ def _print_summary(me: Rank, reports: list[Report]) -> None:
         flush=True,
     )
     for r in reports:
-        print(f"  rank {r.rank:>4}  {r.host:<20} {r.node_ip or '-':<15} {_res(r) if r.node_id else 'idle':<36} {r.seconds:5.1f} s", flush=True)
+        what = _res(r) if r.node_id else "idle"
+        print(f"  rank {r.rank:>4}  {r.host:<20} {r.node_ip or '-':<15} {what:<36} {r.seconds:5.1f} s", flush=True)

@@ -93,13 +93,25 @@ def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
 
 @pytest.fixture(autouse=True)
 def no_leftover_children():
-    """After each test, nothing the test started may still run (ended here by PID, and the test fails)."""
+    """After each test, nothing the test started may still run (ended here by PID, and the test fails).
+
+    Processes that were already there (the Slurm testbed's daemons, from a session fixture) are not
+    the test's.
+    """
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def started_by_test():
+        return [
+            p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+        ]
+
     yield
     deadline = time.monotonic() + 10
-    left = psutil.Process().children(recursive=True)
+    left = started_by_test()
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        left = started_by_test()
     if left:
         names = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left]
         for proc in left:
