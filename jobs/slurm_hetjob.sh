@@ -42,8 +42,8 @@ LEARNER_GPUS=${LEARNER_GPUS:-${allocated_gpus##*:}}
 # What rank 0 runs once every node has joined (shell-style quoting works). The trainer's
 # --num-gpus asks Ray for the learner's GPUs, and only the learner node's Ray node has any.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus $LEARNER_GPUS --stop-timesteps 1000000"}
-# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (then Ray's own
-# processes get as long again). Keep twice this below the 120 s notice above.
+# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
+# processes then get at most 5 s more). Keep it well below the 120 s notice above.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}
 # ---------------------------------------------------------------------------------------------
 

@@ -26,8 +26,8 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
-# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (then Ray's own
-# processes get as long again). Keep twice this below the 120 s notice above.
+# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
+# processes then get at most 5 s more). Keep it well below the 120 s notice above.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}
 # ---------------------------------------------------------------------------------------------
 

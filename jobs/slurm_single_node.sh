@@ -29,8 +29,8 @@ ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
 # Launcher ranks (Ray nodes) on the node; the node's cores are divided evenly between them.
 RANKS_PER_NODE=${RANKS_PER_NODE:-1}
-# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (then Ray's own
-# processes get as long again). Keep twice this below the 120 s notice above.
+# Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
+# processes then get at most 5 s more). Keep it well below the 120 s notice above.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}
 # ---------------------------------------------------------------------------------------------
 
