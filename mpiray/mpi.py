@@ -7,7 +7,6 @@ sleeps between polls.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any, Callable
 
@@ -66,26 +65,6 @@ class Comm:
             between_polls()
             time.sleep(self.poll_interval)
 
-    def gather(self, obj: Any, tag: int, deadline: float) -> list[Any] | None:
-        """All ranks' obj at rank 0 (others get None); rank 0 gets None on timeout."""
-        if self.rank != 0:
-            self.send(obj, 0, tag)
-            return None
-        values: list[Any] = [None] * self.size
-        values[0] = obj
-        for source in range(1, self.size):
-            value = self.receive(source, tag, deadline)
-            if value is None:
-                return None
-            values[source] = value
-        return values
-
-    def bcast(self, obj: Any, tag: int, deadline: float) -> Any | None:
-        if self.rank == 0:
-            self.send_to_others(obj, tag)
-            return obj
-        return self.receive(0, tag, deadline)
-
     def barrier(self, timeout: float) -> bool:
         """True when every rank arrived within timeout seconds."""
         request = self.comm.Ibarrier()
@@ -107,13 +86,7 @@ class Comm:
         """The ranks sharing this host (MPI shared-memory domain), as a Comm of their own."""
         return Comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank), self.poll_interval)
 
-    def abort(self, code: int) -> None:
-        self.comm.Abort(code)
-
 
 def library_version() -> str:
     return MPI.Get_library_version().strip().splitlines()[0].strip()
 
-
-def processor_name() -> str:
-    return MPI.Get_processor_name() or socket.gethostname()
