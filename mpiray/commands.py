@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from mpiray.network import NodePorts
 from mpiray.resources import Share
@@ -16,15 +16,9 @@ SOCKET_SUFFIX = "/session_2026-11-22_03-06-42_431508_4194304/sockets/plasma_stor
 AF_UNIX_PATH_MAX = 107
 
 
-def ray_executable() -> str:
-    """The `ray` script of this interpreter's environment (a venv's bin), else the one on PATH."""
-    beside = Path(sys.executable).with_name("ray")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("ray")
-    if not found:
-        raise FileNotFoundError("no `ray` command beside this python or on PATH: pip install 'ray[rllib]'")
-    return found
+def ray_command(niced_import: bool = False) -> list[str]:
+    """How a rank runs `ray ...`: through ray_node.py, which holds `ray start` until released."""
+    return [sys.executable, str(Path(__file__).with_name("ray_node.py"))] + (["--niced-import"] if niced_import else [])
 
 
 @dataclass(frozen=True)
@@ -62,8 +56,8 @@ def _common(spec: NodeSpec) -> list[str]:
     return argv
 
 
-def head_command(ray: str, spec: NodeSpec, *, dashboard: bool) -> list[str]:
-    argv = [ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
+def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool) -> list[str]:
+    argv = [*ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
     # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
     argv.append("--no-monitor")
     if dashboard:
@@ -74,8 +68,8 @@ def head_command(ray: str, spec: NodeSpec, *, dashboard: bool) -> list[str]:
     return argv
 
 
-def worker_command(ray: str, spec: NodeSpec, gcs_address: str) -> list[str]:
-    return [ray, "start", f"--address={gcs_address}", *_common(spec)]
+def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list[str]:
+    return [*ray, "start", f"--address={gcs_address}", *_common(spec)]
 
 
 def node_env(

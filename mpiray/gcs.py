@@ -1,10 +1,11 @@
-"""Asking the GCS which nodes are alive (Ray's GcsClient; imported late, it takes ~0.7 s)."""
+"""Asking the GCS whether a node is alive (Ray's GcsClient; used by ray_node.py, inside `ray start`)."""
 
 from __future__ import annotations
 
 import socket
-import threading
 from dataclasses import dataclass
+
+ALIVE = "mpiray-node-alive"  # ray_node.py's line "ALIVE {NodeInfo as JSON}" in a node's output
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Gcs:
             self._client = GcsClient(address=self.address)
         selectors = None
         if name is not None:
-            # One node's record instead of the whole table: N workers polling stay O(N), not O(N^2).
+            # One node's record instead of the whole table: N nodes polling stay O(N), not O(N^2).
             from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
 
             selectors = [GetAllNodeInfoRequest.NodeSelector(node_name=name)]
@@ -59,27 +60,3 @@ class Gcs:
             if node.temp_dir == temp_dir:
                 return node
         return None
-
-
-class BackgroundQuery:
-    """Runs query() in a daemon thread: a GcsClient can block ~30 s, the caller's loop must not."""
-
-    def __init__(self, query):
-        self._query = query
-        self._result = None
-        self._thread: threading.Thread | None = None
-
-    def poll(self):
-        """(done, value or exception); starts the next query once the last one finished."""
-        if self._thread is not None and self._thread.is_alive():
-            return False, None
-        result, self._result = self._result, None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return (result is not None), (result[0] if result else None)
-
-    def _run(self):
-        try:
-            self._result = (self._query(),)
-        except Exception as error:  # reported to the polling loop
-            self._result = (error,)

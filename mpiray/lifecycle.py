@@ -1,16 +1,18 @@
 """The launcher's lifecycle, top-down: share the session -> start nodes -> verify -> drive -> stop.
 
-Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker's
-`ray start` imports Ray and connects while the head starts (it retries the GCS and then waits for the
-head's registration, polling every 2 s inside Ray). Each worker then checks that
-its own node is ALIVE in the GCS and reports; rank 0 runs the driver and sends everyone its exit code.
-Whatever happens, each rank stops exactly the processes it started, then all meet at a barrier and
-exit with the same code.
+Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker
+loads `ray start` (ray_node.py: ~1 s of imports) while the head starts. Each node's ray_node.py
+watches the GCS until its own node is ALIVE and says so in the node's output, which the rank reads.
+When the head is ALIVE, rank 0 sends HEAD_UP and the workers let their `ray start` go: Ray's own head
+lookup then succeeds at its first try instead of sleeping 2 s. Each worker reports its verified
+node; rank 0 runs the driver and sends everyone its exit code. Whatever happens, each rank stops
+exactly the processes it started, then all meet at a barrier and exit with the same code.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import secrets
@@ -28,15 +30,17 @@ from pathlib import Path
 from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
-from mpiray.gcs import BackgroundQuery, Gcs, NodeInfo
+from mpiray.gcs import ALIVE, NodeInfo
 from mpiray.logs import RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
-from mpiray.mpi import CONTROL, EVENT, HELLO, LOCAL, REPORT, SESSION, Comm, library_version
+from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.signals import StopRequest
 
 TIME_LIMIT_EXIT = 124  # as timeout(1)
 HEAD_LOST_EXIT = 1
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
+STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
+RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,11 @@ class Rank:
     started: float = field(default_factory=time.time)
     session: Session | None = None
     node: subprocess.Popen | None = None
+    node_output: NodeOutput | None = None
+    node_alive: bool = False  # seen ALIVE in the GCS
+    settled: bool = False  # a worker told rank 0 its `ray start` is done starting
+    node_ranks: set[int] = field(default_factory=set)  # rank 0: the workers that run a Ray node
+    settled_ranks: set[int] = field(default_factory=set)  # rank 0: ... whose `ray start` is done starting
     node_spec: commands.NodeSpec | None = None
     temp_dir: Path | None = None
     driver: subprocess.Popen | None = None
@@ -100,6 +109,24 @@ class Rank:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
                 raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
+
+
+class NodeOutput:
+    """The lines `ray start` (and ray_node.py) wrote since this run began: the file is per job and
+    rank, so a rerun with the same --job-id appends to an earlier run's output."""
+
+    def __init__(self, path: Path, offset: int):
+        self.path, self._offset, self._pending = path, offset, b""
+        self.ray_started = False  # `ray start` said "Ray runtime started."
+
+    def new_lines(self) -> list[bytes]:
+        with open(self.path, "rb") as out:
+            out.seek(self._offset)
+            data = out.read()
+        self._offset += len(data)
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        self.ray_started = self.ray_started or any(RAY_STARTED in line for line in lines)
+        return lines
 
 
 def run(config: Config, comm: Comm | None = None) -> int:
@@ -163,11 +190,14 @@ def lead(me: Rank) -> int:
     me.log.step(f"Session sent to {me.comm.size - 1} workers: head will be at {me.session.gcs_address}")
 
     start_node(me, share, ports, head=True)
-    head = wait_until_registered(me)
+    release_node(me)
+    head = wait_until_alive(me)
+    me.comm.send_to_others(head.node_id, HEAD_UP)
     me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
     me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
 
     reports = collect_reports(me, head)
+    me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
     check_versions(reports)
     nodes = [r for r in reports if r.node_id]
     me.log.step(f"Workers are all running! ({len(reports) - 1} workers, {len(nodes)} Ray nodes)")
@@ -187,12 +217,14 @@ def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
             if time.monotonic() >= deadline:
                 raise StartupTimeout(_missing(me, reports, hellos))
             me.check()
-            time.sleep(me.comm.poll_interval)
+            time.sleep(STARTUP_POLL)
             continue
         source, tag, payload = message
         if tag == HELLO:
             hellos[source] = payload
             me.log.step(f"Worker on rank {source} with host {payload['host']} is waiting for its node")
+        elif tag == SETTLED:  # a fast worker, done before the others joined
+            me.settled_ranks.add(source)
         elif tag == REPORT:
             if payload.error:
                 raise LaunchError(
@@ -333,7 +365,9 @@ def follow(me: Rank) -> int:
     else:
         start_node(me, share, ports, head=False)
         me.log.step(f"Worker on rank {me.rank} with ip {me.node_spec.node_ip} will connect to {session.gcs_address}")
-        node = wait_until_registered(me)
+        wait_for_head(me)
+        release_node(me)
+        node = wait_until_alive(me)
         me.log.step(
             f"Worker on rank {me.rank} with ip {node.ip} is connected! "
             f"(node {node.node_id[:12]}, {_res(node)})"
@@ -348,6 +382,11 @@ def wait_for_end(me: Rank) -> int:
     reported_death = False
     signalled_at = None
     while True:
+        me.comm.poll(0, HEAD_UP)  # an idle rank has no node to let go: drop it
+        if me.node_alive and not me.settled:
+            me.node_output.new_lines()
+            if me.node_output.ray_started or me.node.poll() is not None:
+                send_settled(me)
         message = me.comm.poll(0, CONTROL)
         if message is not None:
             me.log.step(f"Rank 0 ended the job with exit code {message[2]}")
@@ -433,7 +472,7 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     token_path = str(_write_token(me)) if session.token else None
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
     me.node_spec = commands.NodeSpec(node_ip, str(me.temp_dir), share, ports, f"{me.host}-rank{me.rank}")
-    ray = commands.ray_executable()
+    ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, me.node_spec, dashboard=config.dashboard) if head else \
         commands.worker_command(ray, me.node_spec, session.gcs_address)
     for note in share.notes:
@@ -452,14 +491,14 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
     with open(output, "ab") as out:
-        me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        me.node_output = NodeOutput(output, out.tell())
+        # ray_node.py imports Ray's CLI now and runs `ray start` once released (release_node).
+        me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
     if head and config.dashboard:
         me.log.step(
             f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "
             f"ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265"
         )
-    # The launcher's own GCS queries need the token too.
-    os.environ.update({k: v for k, v in commands.node_env({}, None, token_path).items() if k.startswith("RAY_AUTH")})
 
 
 def make_temp_dir(root: Path, job_id: str, rank: int) -> Path:
@@ -498,35 +537,89 @@ def _token_path(me: Rank) -> str | None:
     return str(me.temp_dir / "auth_token") if me.session and me.session.token and me.temp_dir else None
 
 
-def wait_until_registered(me: Rank) -> NodeInfo:
-    """Poll the GCS until this rank's own node is ALIVE; fail fast if `ray start` exits."""
-    gcs = Gcs(me.session.gcs_address)
-    query = BackgroundQuery(lambda: gcs.find(me.node_spec.node_name, str(me.temp_dir), timeout=1.0))
+def release_node(me: Rank) -> None:
+    """Let this rank's `ray start` go (see ray_node.py)."""
+    try:
+        me.node.stdin.write(b"go\n")
+        me.node.stdin.close()
+    except BrokenPipeError:
+        pass  # it already exited: the wait that follows reports why
+
+
+def wait_for_head(me: Rank) -> None:
+    """Until rank 0 says the head registered (its `ray start` failing or rank 0 stopping the job end it too)."""
     deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
-    last = "no answer yet"
-    interval = me.comm.poll_interval
+    while me.comm.poll(0, HEAD_UP) is None:
+        _check_node_alive(me)
+        if time.monotonic() >= deadline:
+            raise StartupTimeout(f"rank 0 did not report its head up within --startup-timeout {me.config.startup_timeout:g} s")
+        me.check()
+        time.sleep(STARTUP_POLL)
+
+
+def wait_until_alive(me: Rank) -> NodeInfo:
+    """This rank's node as the GCS shows it once ALIVE: ray_node.py prints that line into the node's output."""
+    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
     while True:
-        if me.node.poll() is not None:
-            output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
-            raise LaunchError(
-                f"`ray start` exited with code {processes.exit_code(me.node.returncode)} before its node "
-                f"joined: {_tail(output)} (full output: {output})"
-            )
-        done, answer = query.poll()
-        if done and isinstance(answer, NodeInfo):
-            return answer
-        if done:
-            last = "GCS answers, node not registered yet"
-            if isinstance(answer, Exception):
-                last = f"{type(answer).__name__}: {answer}"
+        for line in me.node_output.new_lines():
+            if line.startswith(ALIVE.encode() + b" "):
+                me.node_alive = True
+                return NodeInfo(**json.loads(line[len(ALIVE) + 1:]))
+        _check_node_alive(me)
         if time.monotonic() >= deadline:
             raise StartupTimeout(
-                f"this rank's Ray node did not join {me.session.gcs_address} within --startup-timeout "
-                f"{me.config.startup_timeout:g} s (last: {last})"
+                f"this rank's Ray node was not ALIVE at {me.session.gcs_address} within --startup-timeout "
+                f"{me.config.startup_timeout:g} s (`ray start` output: {_tail(me.node_output.path)})"
             )
         me.check()
-        time.sleep(interval)
-        interval = min(interval * 1.5, 0.5)  # quick when the node is quick, gentle on a busy GCS
+        time.sleep(STARTUP_POLL)
+
+
+def send_settled(me: Rank) -> None:
+    me.comm.send(None, 0, SETTLED)
+    me.settled = True
+
+
+def wait_for_settled(me: Rank) -> None:
+    """Rank 0, before stopping the head: until every worker's `ray start` is done starting.
+
+    A worker's node is ALIVE, and the driver may run, ~0.3-0.9 s before its `ray start` is done; if
+    the head's GCS went away in between, that `ray start` would hang and its node need SIGKILL.
+    Usually every SETTLED message arrived while the driver ran.
+    """
+    deadline = time.monotonic() + RAY_STOP_GRACE + 1
+    while me.node_ranks - me.settled_ranks and time.monotonic() < deadline:
+        message = me.comm.poll(tag=SETTLED)
+        if message is not None:
+            me.settled_ranks.add(message[0])
+        else:
+            time.sleep(STARTUP_POLL)
+    if me.node_ranks - me.settled_ranks:
+        starting = sorted(me.node_ranks - me.settled_ranks)
+        me.log.warning(f"stopping the head although ranks {starting} did not say their `ray start` is done")
+
+
+def let_ray_start_finish(me: Rank) -> None:
+    """Before stopping an ALIVE node, let its `ray start` finish starting (at most RAY_STOP_GRACE).
+
+    Its node is ALIVE ~0.3-0.9 s before `ray start` is done; signalled in between (a driver that ends
+    at once), it has no handler of its own yet, and its node's processes were seen to need SIGKILL.
+    """
+    deadline = time.monotonic() + RAY_STOP_GRACE
+    while me.node.poll() is None and time.monotonic() < deadline:
+        me.node_output.new_lines()
+        if me.node_output.ray_started:
+            return
+        time.sleep(STARTUP_POLL)
+
+
+def _check_node_alive(me: Rank) -> None:
+    if me.node.poll() is not None:
+        output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
+        raise LaunchError(
+            f"`ray start` exited with code {processes.exit_code(me.node.returncode)} before its node "
+            f"joined: {_tail(output)} (full output: {output})"
+        )
 
 
 def finish(me: Rank, code: int) -> int:
@@ -539,6 +632,12 @@ def finish(me: Rank, code: int) -> int:
     # A healthy node stops in order in ~1 s; one that does not (GCS lost, or scancel already
     # signalled raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver.
     grace = min(config.stop_grace, RAY_STOP_GRACE if me.stop.signum is None else 2.0)
+    if me.node_alive and me.stop.signum is None:
+        let_ray_start_finish(me)
+        if me.rank != 0 and not me.settled:
+            send_settled(me)
+    if me.rank == 0 and me.stop.signum is None:
+        wait_for_settled(me)
     report = processes.stop_descendants([me.node] if me.node else [], grace)
     if report.pids:
         me.log.step(

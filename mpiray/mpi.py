@@ -15,10 +15,12 @@ from mpi4py import MPI
 # Message tags of the launcher's protocol (see lifecycle.py).
 SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
 HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
-REPORT = 3  # all -> rank 0: node verified in the GCS (or the error that prevented it)
+REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
 LOCAL = 6  # within one host: resource and port split
+HEAD_UP = 7  # rank 0 -> all: the head is ALIVE, workers may let their `ray start` go
+SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting (the head may stop now)
 
 
 class Comm:

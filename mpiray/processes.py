@@ -39,13 +39,14 @@ def start(
     env: Mapping[str, str],
     stdout: IO | int | None = None,
     stderr: IO | int | None = None,
+    stdin: IO | int | None = subprocess.DEVNULL,
     cwd: str | None = None,
 ) -> subprocess.Popen:
     """Start argv in a session of its own (our signals are ours to forward) that dies with us."""
     return subprocess.Popen(
         list(argv),
         env=dict(env),
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         cwd=cwd,

@@ -1,4 +1,8 @@
-"""`ray start` command lines as lists, the environment they get, the socket-path check."""
+"""`ray start` command lines as lists, the environment they get, the socket-path check, ray_node.py."""
+
+import subprocess
+
+import pytest
 
 from mpiray import commands, network
 from mpiray.commands import NodeSpec, head_command, node_env, socket_path_problem, worker_command
@@ -10,7 +14,7 @@ SPEC = NodeSpec("10.0.0.5", "/tmp/mpiray-0-abc-r0", SHARE, PORTS, "node1-rank0")
 
 
 def test_head_command():
-    argv = head_command("ray", SPEC, dashboard=False)
+    argv = head_command(["ray"], SPEC, dashboard=False)
     assert argv[:4] == ["ray", "start", "--head", "--port=6380"]
     for flag in ["--block", "--node-ip-address=10.0.0.5", "--temp-dir=/tmp/mpiray-0-abc-r0",
                  "--num-cpus=3", "--num-gpus=2", f"--memory={8 * 2**30}",
@@ -22,14 +26,14 @@ def test_head_command():
 
 
 def test_dashboard_binds_to_loopback():
-    argv = head_command("ray", SPEC, dashboard=True)
+    argv = head_command(["ray"], SPEC, dashboard=True)
     assert "--include-dashboard=true" in argv
     assert "--dashboard-host=127.0.0.1" in argv
     assert f"--dashboard-port={PORTS.dashboard}" in argv
 
 
 def test_worker_command_joins_the_head_and_has_no_head_only_flags():
-    argv = worker_command("ray", SPEC, "10.0.0.1:6380")
+    argv = worker_command(["ray"], SPEC, "10.0.0.1:6380")
     assert argv[:3] == ["ray", "start", "--address=10.0.0.1:6380"]
     assert "--block" in argv
     assert not any(a.startswith(("--head", "--port=", "--include-dashboard", "--no-monitor")) for a in argv)
@@ -66,3 +70,20 @@ def test_candidate_blocks_depend_on_the_job_and_stay_in_range():
     assert a[0] != b[0]
     assert sorted(a) == sorted(b)
     assert all(network.PORT_RANGE[0] <= base and base + 4 * network.BLOCK_SIZE <= network.PORT_RANGE[1] for base in a)
+
+
+@pytest.mark.parametrize("niced_import", [False, True])
+def test_ray_node_runs_ray_once_released(niced_import):
+    result = subprocess.run([*commands.ray_command(niced_import), "--version"], input="go\n",
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "version 2.60" in result.stdout
+
+
+def test_ray_node_starts_nothing_if_the_rank_exits_first():
+    # End of file on stdin: the rank that would release it is gone, so no node may start.
+    result = subprocess.run([*commands.ray_command(), "start", "--head"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "exited before it let `ray start` go" in result.stderr
+    assert "Ray runtime started" not in result.stdout + result.stderr
