@@ -52,6 +52,8 @@ def _common(spec: NodeSpec) -> list[str]:
         f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
         f"--metrics-export-port={ports.metrics_export}",
         f"--runtime-env-agent-port={ports.runtime_env_agent}",
+        # ray_node.py starts the log monitor once the node is ALIVE: off the start's critical path.
+        "--include-log-monitor=false",
     ]
     return argv
 

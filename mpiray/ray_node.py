@@ -1,9 +1,10 @@
 """`ray start`, loaded early, let go by its rank, and watched: `python ray_node.py [--niced-import] start ARGS...`.
 
 1. It imports Ray's CLI at once (~1 s of CPU), so a worker rank does this while the head starts.
-   With --niced-import (workers) the import runs in a thread at nice 10 (on Linux a thread's own
-   setting), so on a shared host it yields the CPU to the head's start; the rest runs, and Ray's
-   processes start, at the normal priority.
+   With --niced-import (workers) the import yields the CPU to the head's start on a shared host:
+   it runs at nice 10, and so does this process's session while sched_autogroup is on (the kernel
+   then shares CPU between sessions, each Ray node being one, whatever their processes' nice).
+   Both go back to 0 before `ray start` runs, so Ray's processes start at the normal priority.
 2. It waits for one line on stdin. The rank writes it when the head has registered (rank 0: at once):
    a joining `ray start` asks the GCS for the head's record and sleeps 2 s between tries
    (`get_all_node_info_until_retrieved`), so started any earlier it would mostly sleep. End of file
@@ -13,6 +14,10 @@
    and once the node is ALIVE prints its record as one line, `mpiray-node-alive {json}`, to stdout:
    the node's output file, which the rank reads. (`ray start` prints "Ray runtime started." ~0.9 s
    after the node registered, while it polls the GCS on its own.)
+4. Given --include-log-monitor=false, the same thread starts Ray's log monitor (which streams the
+   node's task output to drivers) once the node is ALIVE, as `ray start` would have at once: its
+   ~0.7 s of Python imports then no longer compete with the node's own start. It reads the log
+   files from their beginning, so no output is lost.
 
 Run by its path (mpiray may not be installed); the rank side is lifecycle.release_node/wait_until_alive.
 """
@@ -32,6 +37,7 @@ from mpiray.gcs import ALIVE, Gcs  # noqa: E402  (after the path is set)
 
 WATCH_INTERVAL = 0.1
 IMPORT_NICE = 10
+AUTOGROUP = Path("/proc/self/autogroup")
 QUIET_SECONDS = 5.0  # GCS errors are expected while it starts; printed (once each) only after this
 
 
@@ -41,9 +47,26 @@ def option(args: list[str], name: str) -> str | None:
     return next((arg[len(prefix):] for arg in args if arg.startswith(prefix)), None)
 
 
+def set_session_nice(nice: int, seconds: float) -> bool:
+    """This session's autogroup nice. Anyone may raise it and set it back to 0 (only a negative value
+    needs privileges), but without CAP_SYS_ADMIN only once per 100 ms on the whole host: retry."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            AUTOGROUP.write_text(f"{nice}\n")
+            return True
+        except BlockingIOError:  # EAGAIN: another session changed its nice less than 100 ms ago
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        except OSError:  # no autogroup support, or not allowed here
+            return False
+
+
 def load_cli(niced: bool):
-    """Ray's CLI entry point, imported in a thread of its own so that niceness stays with the import."""
+    """Ray's CLI entry point, imported in a thread of its own so that a thread's nice stays with the import."""
     loaded = []
+    lowered = niced and set_session_nice(IMPORT_NICE, seconds=0.3)
 
     def load():
         if niced:
@@ -55,6 +78,8 @@ def load_cli(niced: bool):
     loader = threading.Thread(target=load, name="import-ray")
     loader.start()
     loader.join()
+    if lowered and not set_session_nice(0, seconds=30):
+        print(f"mpiray: WARNING: could not set {AUTOGROUP} back to nice 0: this Ray node runs niced", flush=True)
     if not loaded:
         sys.exit("mpiray: cannot import Ray's CLI (see the error above): pip install 'ray[rllib]'")
     return loaded[0]
@@ -76,6 +101,38 @@ def watch(gcs: Gcs, name: str, temp_dir: str) -> None:
         time.sleep(WATCH_INTERVAL)
 
 
+def start_log_monitor(gcs_address: str, node_ip: str, temp_dir: str) -> None:
+    """Ray's log monitor for this node, started as Node.start_log_monitor does (Ray 2.60's own function)."""
+    import ray._private.services as services
+    from ray._common.ray_constants import LOGGING_ROTATE_BACKUP_COUNT, LOGGING_ROTATE_BYTES
+
+    session_dir = os.path.realpath(os.path.join(temp_dir, "session_latest"))
+    logs_dir = os.path.join(session_dir, "logs")
+    services.start_log_monitor(
+        session_dir,
+        logs_dir,
+        gcs_address,
+        node_ip,
+        fate_share=True,  # dies with this process (PR_SET_PDEATHSIG: with this thread, which never ends)
+        max_bytes=int(os.getenv("RAY_ROTATION_MAX_BYTES", LOGGING_ROTATE_BYTES)),
+        backup_count=int(os.getenv("RAY_ROTATION_BACKUP_COUNT", LOGGING_ROTATE_BACKUP_COUNT)),
+        stdout_filepath=os.path.join(logs_dir, "log_monitor.out"),
+        stderr_filepath=os.path.join(logs_dir, "log_monitor.err"),
+    )
+
+
+def watch_then_log(gcs: Gcs, args: list[str], name: str, temp_dir: str) -> None:
+    watch(gcs, name, temp_dir)
+    if "--include-log-monitor=false" not in args:
+        return
+    try:
+        start_log_monitor(gcs.address, option(args, "node-ip-address"), temp_dir)
+    except Exception as error:  # the node works without it; its task output stays in its log files
+        os.write(1, f"mpiray: WARNING: could not start Ray's log monitor: {error!r}\n".encode())
+        return
+    threading.Event().wait()  # a child's PR_SET_PDEATHSIG fires when the thread that forked it ends
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     niced = args[:1] == ["--niced-import"]
@@ -87,6 +144,6 @@ if __name__ == "__main__":
     name, temp_dir = option(args, "node-name"), option(args, "temp-dir")
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
     if args[:1] == ["start"] and name and temp_dir:
-        threading.Thread(target=watch, args=(Gcs(address), name, temp_dir), daemon=True).start()
+        threading.Thread(target=watch_then_log, args=(Gcs(address), args, name, temp_dir), daemon=True).start()
     sys.argv = ["ray", *args]
     sys.exit(main())

@@ -41,6 +41,18 @@ def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
     assert_nothing_left(run)
 
 
+def test_task_output_on_every_node_reaches_the_driver(tmp_path):
+    # Each node's log monitor streams its tasks' prints to the driver, as with a plain `ray start`.
+    run = launch(tmp_path, 3, driver=[sys.executable, str(ROOT / "tests/drivers/task_output.py")], tag="output",
+                 env={"RAY_DEDUP_LOGS": "0"})  # else Ray folds the lines that differ only in the node id
+    assert run.returncode == 0, run.stderr
+    nodes = next(line for line in run.stdout.splitlines() if line.startswith("NODES ")).split()[1:]
+    assert len(nodes) == 3
+    for node in nodes:
+        assert f"TASK-OUTPUT from {node}" in run.stdout + run.stderr, f"no output from node {node}"
+    assert_nothing_left(run)
+
+
 def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--exit", "3"], tag="exit3")
     assert run.returncode == 3, run.stderr
