@@ -728,7 +728,7 @@ def _short_name(proc: psutil.Process) -> str:
         return "?"
     for arg in cmd[:3]:
         base = os.path.basename(arg)
-        if base == "ray" and "start" in cmd:
+        if base in ("ray", "ray_node.py") and "start" in cmd:  # the launcher runs it through ray_node.py
             return "`ray start --block`"
         if base.endswith(".py") or base in ("raylet", "gcs_server"):
             return base
