@@ -31,7 +31,7 @@ from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
 from mpiray.gcs import ALIVE, NodeInfo
-from mpiray.logs import RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
+from mpiray.logs import NodeOutput, RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.signals import StopRequest
 
@@ -40,7 +40,6 @@ HEAD_LOST_EXIT = 1
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
-RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
 
 
 @dataclass(frozen=True)
@@ -109,24 +108,6 @@ class Rank:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
                 raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
-
-
-class NodeOutput:
-    """The lines `ray start` (and ray_node.py) wrote since this run began: the file is per job and
-    rank, so a rerun with the same --job-id appends to an earlier run's output."""
-
-    def __init__(self, path: Path, offset: int):
-        self.path, self._offset, self._pending = path, offset, b""
-        self.ray_started = False  # `ray start` said "Ray runtime started."
-
-    def new_lines(self) -> list[bytes]:
-        with open(self.path, "rb") as out:
-            out.seek(self._offset)
-            data = out.read()
-        self._offset += len(data)
-        *lines, self._pending = (self._pending + data).split(b"\n")
-        self.ray_started = self.ray_started or any(RAY_STARTED in line for line in lines)
-        return lines
 
 
 def run(config: Config, comm: Comm | None = None) -> int:

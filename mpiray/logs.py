@@ -1,4 +1,4 @@
-"""The per-rank log: one timestamped line per startup step, in LOG_DIR/JOB_ID/rank-NNNN.log."""
+"""The per-rank log (one timestamped line per startup step, in LOG_DIR/JOB_ID/rank-NNNN.log) and reading what `ray start` writes beside it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,27 @@ def ray_output_path(log_dir: Path, job_id: str, rank: int) -> Path:
 def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
     """Where Ray's own session logs of this rank are kept after teardown."""
     return job_log_dir(log_dir, job_id) / f"ray-rank-{rank:04d}"
+
+
+RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
+
+
+class NodeOutput:
+    """The lines `ray start` (and ray_node.py) wrote since this run began: the file is per job and
+    rank, so a rerun with the same --job-id appends to an earlier run's output."""
+
+    def __init__(self, path: Path, offset: int):
+        self.path, self._offset, self._pending = path, offset, b""
+        self.ray_started = False  # `ray start` said "Ray runtime started."
+
+    def new_lines(self) -> list[bytes]:
+        with open(self.path, "rb") as out:
+            out.seek(self._offset)
+            data = out.read()
+        self._offset += len(data)
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        self.ray_started = self.ray_started or any(RAY_STARTED in line for line in lines)
+        return lines
 
 
 class RankLog:
