@@ -5,9 +5,6 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-ALIVE = "mpiray-node-alive"  # ray_node.py's line "ALIVE {NodeInfo as JSON}" in a node's output
-
-
 @dataclass(frozen=True)
 class NodeInfo:
     node_id: str

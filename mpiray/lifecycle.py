@@ -12,11 +12,11 @@ exactly the processes it started, then all meet at a barrier and exit with the s
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +30,7 @@ from pathlib import Path
 from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
-from mpiray.gcs import ALIVE, NodeInfo
+from mpiray.gcs import NodeInfo
 from mpiray.logs import NodeOutput, RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.signals import StopRequest
@@ -541,19 +541,33 @@ def wait_for_head(me: Rank) -> None:
 def wait_until_alive(me: Rank) -> NodeInfo:
     """This rank's node as the GCS shows it once ALIVE: ray_node.py prints that line into the node's output."""
     deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
+    output = me.node_output
     while True:
-        for line in me.node_output.new_lines():
-            if line.startswith(ALIVE.encode() + b" "):
-                me.node_alive = True
-                return NodeInfo(**json.loads(line[len(ALIVE) + 1:]))
+        output.new_lines()
+        if output.alive is not None:
+            me.node_alive = True
+            return NodeInfo(**output.alive)
+        if output.watch_failed is not None:
+            raise LaunchError(f"the watch for this rank's Ray node failed: {output.watch_failed} (see {output.path})")
         _check_node_alive(me)
         if time.monotonic() >= deadline:
+            _dump_node_stacks(me)
             raise StartupTimeout(
                 f"this rank's Ray node was not ALIVE at {me.session.gcs_address} within --startup-timeout "
-                f"{me.config.startup_timeout:g} s (`ray start` output: {_tail(me.node_output.path)})"
+                f"{me.config.startup_timeout:g} s (`ray start` output: {_tail(output.path)}; its threads' "
+                f"stacks are at the end of {output.path})"
             )
         me.check()
         time.sleep(STARTUP_POLL)
+
+
+def _dump_node_stacks(me: Rank) -> None:
+    """Ask ray_node.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
+    try:
+        os.kill(me.node.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    time.sleep(0.5)
 
 
 def send_settled(me: Rank) -> None:

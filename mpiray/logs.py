@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -27,15 +28,23 @@ def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
 
 
 RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
+ALIVE = b"mpiray-node-alive "  # ray_node.py: "ALIVE {the node's GCS record as JSON}", one write
+WATCH_FAILED = b"mpiray-watch-failed "  # ray_node.py: its GCS watch ended without seeing the node
 
 
 class NodeOutput:
     """The lines `ray start` (and ray_node.py) wrote since this run began: the file is per job and
-    rank, so a rerun with the same --job-id appends to an earlier run's output."""
+    rank, so a rerun with the same --job-id appends to an earlier run's output.
+
+    ray_node.py's own lines are found anywhere in a line: another process writing to the same file
+    may have left a line unfinished just before them.
+    """
 
     def __init__(self, path: Path, offset: int):
         self.path, self._offset, self._pending = path, offset, b""
         self.ray_started = False  # `ray start` said "Ray runtime started."
+        self.alive: dict | None = None  # the node's GCS record, once ray_node.py saw it ALIVE
+        self.watch_failed: str | None = None  # why ray_node.py stopped watching, if it did
 
     def new_lines(self) -> list[bytes]:
         with open(self.path, "rb") as out:
@@ -43,7 +52,12 @@ class NodeOutput:
             data = out.read()
         self._offset += len(data)
         *lines, self._pending = (self._pending + data).split(b"\n")
-        self.ray_started = self.ray_started or any(RAY_STARTED in line for line in lines)
+        for line in lines:
+            self.ray_started = self.ray_started or RAY_STARTED in line
+            if ALIVE in line and self.alive is None:
+                self.alive = json.loads(line[line.index(ALIVE) + len(ALIVE):])
+            if WATCH_FAILED in line and self.watch_failed is None:
+                self.watch_failed = line[line.index(WATCH_FAILED) + len(WATCH_FAILED):].decode(errors="replace")
         return lines
 
 

@@ -13,7 +13,10 @@
    thread asks the GCS every 0.1 s for this node, by the --node-name and --temp-dir the rank gave,
    and once the node is ALIVE prints its record as one line, `mpiray-node-alive {json}`, to stdout:
    the node's output file, which the rank reads. (`ray start` prints "Ray runtime started." ~0.9 s
-   after the node registered, while it polls the GCS on its own.)
+   after the node registered, while it polls the GCS on its own.) Each query runs in a thread of
+   its own with a hard deadline: a query that hangs is left behind and the next one uses a new
+   client. If the watch itself fails, it says so (`mpiray-watch-failed ...`) and the rank stops at
+   once instead of at --startup-timeout. SIGUSR1 prints every thread's stack to the output file.
 4. Given --include-log-monitor=false, the same thread starts Ray's log monitor (which streams the
    node's task output to drivers) once the node is ALIVE, as `ray start` would have at once: its
    ~0.7 s of Python imports then no longer compete with the node's own start. It reads the log
@@ -22,23 +25,29 @@
 Run by its path (mpiray may not be installed); the rank side is lifecycle.release_node/wait_until_alive.
 """
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-# Not this file's directory (its modules would shadow top-level names) but the one holding mpiray.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+if __name__ == "__main__":
+    # Not this file's directory (its modules would shadow top-level names) but the one holding mpiray.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from mpiray.gcs import ALIVE, Gcs  # noqa: E402  (after the path is set)
+from mpiray.gcs import Gcs  # noqa: E402  (after the path is set)
+from mpiray.logs import ALIVE, WATCH_FAILED  # noqa: E402
 
 WATCH_INTERVAL = 0.1
 IMPORT_NICE = 10
 AUTOGROUP = Path("/proc/self/autogroup")
 QUIET_SECONDS = 5.0  # GCS errors are expected while it starts; printed (once each) only after this
+QUERY_TIMEOUT = 2.0  # asked of Ray's client; a query still running QUERY_TIMEOUT + HUNG_AFTER later hangs
+HUNG_AFTER = 3.0
 
 
 def option(args: list[str], name: str) -> str | None:
@@ -85,19 +94,50 @@ def load_cli(niced: bool):
     return loaded[0]
 
 
-def watch(gcs: Gcs, name: str, temp_dir: str) -> None:
-    started, errors = time.monotonic(), set()
+class QueryHung(Exception):
+    pass
+
+
+def find_once(gcs: Gcs, name: str, temp_dir: str, hung_after: float = QUERY_TIMEOUT + HUNG_AFTER):
+    """gcs.find in a daemon thread of its own, abandoned (QueryHung) if it runs hung_after seconds."""
+    result: list = []
+
+    def query():
+        try:
+            result.append(gcs.find(name, temp_dir, timeout=QUERY_TIMEOUT))
+        except Exception as error:
+            result.append(error)
+
+    thread = threading.Thread(target=query, name="gcs-query", daemon=True)
+    thread.start()
+    thread.join(hung_after)
+    if not result:
+        raise QueryHung(f"a GCS query did not return within {hung_after:g} s")
+    if isinstance(result[0], Exception):
+        raise result[0]
+    return result[0]
+
+
+def say(message: str) -> None:
+    os.write(1, f"{message}\n".encode())  # one write: one whole line, whatever else writes here
+
+
+def watch(address: str, name: str, temp_dir: str):
+    gcs, started, errors = Gcs(address), time.monotonic(), set()
     while True:
         try:
-            node = gcs.find(name, temp_dir, timeout=2.0)
+            node = find_once(gcs, name, temp_dir)
+        except QueryHung as error:
+            node, gcs = None, Gcs(address)  # the hung query keeps the old client: start afresh
+            say(f"mpiray: node {name}: {error}; asking again with a new client")
         except Exception as error:  # the GCS is not up yet, or refuses us: say so if it lasts
             node = None
             if time.monotonic() - started > QUIET_SECONDS and str(error) not in errors:
                 errors.add(str(error))
-                os.write(1, f"mpiray: node {name}: GCS query failed: {error}\n".encode())
+                say(f"mpiray: node {name}: GCS query failed: {error}")
         if node is not None:
-            os.write(1, f"{ALIVE} {json.dumps(asdict(node))}\n".encode())  # one write: one whole line
-            return
+            say(ALIVE.decode() + json.dumps(asdict(node)))
+            return gcs
         time.sleep(WATCH_INTERVAL)
 
 
@@ -121,19 +161,24 @@ def start_log_monitor(gcs_address: str, node_ip: str, temp_dir: str) -> None:
     )
 
 
-def watch_then_log(gcs: Gcs, args: list[str], name: str, temp_dir: str) -> None:
-    watch(gcs, name, temp_dir)
+def watch_then_log(address: str, args: list[str], name: str, temp_dir: str) -> None:
+    try:
+        gcs = watch(address, name, temp_dir)
+    except BaseException as error:  # the rank must hear of it now, not at --startup-timeout
+        say(WATCH_FAILED.decode() + repr(error).replace("\n", " "))
+        raise
     if "--include-log-monitor=false" not in args:
         return
     try:
         start_log_monitor(gcs.address, option(args, "node-ip-address"), temp_dir)
     except Exception as error:  # the node works without it; its task output stays in its log files
-        os.write(1, f"mpiray: WARNING: could not start Ray's log monitor: {error!r}\n".encode())
+        say(f"mpiray: WARNING: could not start Ray's log monitor: {error!r}")
         return
     threading.Event().wait()  # a child's PR_SET_PDEATHSIG fires when the thread that forked it ends
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the rank asks for stacks when it times out
     args = sys.argv[1:]
     niced = args[:1] == ["--niced-import"]
     args = args[1:] if niced else args
@@ -144,6 +189,6 @@ if __name__ == "__main__":
     name, temp_dir = option(args, "node-name"), option(args, "temp-dir")
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
     if args[:1] == ["start"] and name and temp_dir:
-        threading.Thread(target=watch_then_log, args=(Gcs(address), args, name, temp_dir), daemon=True).start()
+        threading.Thread(target=watch_then_log, args=(address, args, name, temp_dir), daemon=True).start()
     sys.argv = ["ray", *args]
     sys.exit(main())

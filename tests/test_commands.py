@@ -1,10 +1,12 @@
 """`ray start` command lines as lists, the environment they get, the socket-path check, ray_node.py."""
 
 import subprocess
+import threading
+import time
 
 import pytest
 
-from mpiray import commands, network
+from mpiray import commands, network, ray_node
 from mpiray.commands import NodeSpec, head_command, node_env, socket_path_problem, worker_command
 from mpiray.resources import Share
 
@@ -87,3 +89,32 @@ def test_ray_node_starts_nothing_if_the_rank_exits_first():
     assert result.returncode == 1
     assert "exited before it let `ray start` go" in result.stderr
     assert "Ray runtime started" not in result.stdout + result.stderr
+
+
+class _HangingGcs:
+    """Stands in for a GCS client whose query never returns (as Ray's could, once, in CI)."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def find(self, name, temp_dir, timeout):
+        self.release.wait(30)
+        return None
+
+
+def test_a_hung_gcs_query_is_abandoned_at_its_deadline():
+    gcs = _HangingGcs()
+    started = time.monotonic()
+    with pytest.raises(ray_node.QueryHung, match="did not return within 0.3 s"):
+        ray_node.find_once(gcs, "vm-rank1", "/tmp/x", hung_after=0.3)
+    assert time.monotonic() - started < 2
+    gcs.release.set()
+
+
+def test_a_failing_gcs_query_raises_its_own_error():
+    class Refusing:
+        def find(self, name, temp_dir, timeout):
+            raise ConnectionRefusedError("GCS not up")
+
+    with pytest.raises(ConnectionRefusedError, match="GCS not up"):
+        ray_node.find_once(Refusing(), "vm-rank1", "/tmp/x", hung_after=5)

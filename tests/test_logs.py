@@ -26,3 +26,23 @@ def test_node_output_remembers_that_ray_start_finished(tmp_path):
     output.new_lines()
     assert output.ray_started
     assert output.new_lines() == [] and output.ray_started
+
+
+def test_node_output_finds_the_alive_record_after_another_writers_unfinished_line(tmp_path):
+    # Ray's processes write to the same file: ray_node.py's one-write line may follow a line's first half.
+    path = tmp_path / "rank-0000.ray.log"
+    path.write_bytes(b"2026-11-23 INFO scripts.py:1043 -- Local node IP: 10.0.0.1\n2026-11-23 INFO scr"
+                     b'mpiray-node-alive {"node_id": "ab", "ip": "10.0.0.1"}\nipts.py:1084 -- more\n')
+    output = NodeOutput(path, 0)
+    output.new_lines()
+    assert output.alive == {"node_id": "ab", "ip": "10.0.0.1"}
+    assert output.watch_failed is None
+
+
+def test_node_output_reports_a_failed_watch(tmp_path):
+    path = tmp_path / "rank-0002.ray.log"
+    path.write_bytes(b"mpiray-watch-failed RuntimeError('GCS client gone')\n")
+    output = NodeOutput(path, 0)
+    output.new_lines()
+    assert output.watch_failed == "RuntimeError('GCS client gone')"
+    assert output.alive is None
