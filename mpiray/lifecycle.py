@@ -87,6 +87,7 @@ class Rank:
     started: float = field(default_factory=time.time)
     session: Session | None = None
     node: subprocess.Popen | None = None
+    node_guard: processes.GroupGuard | None = None  # kills the node's process group if this rank dies
     node_output: NodeOutput | None = None
     node_alive: bool = False  # seen ALIVE in the GCS
     settled: bool = False  # a worker told rank 0 its `ray start` is done starting
@@ -175,7 +176,7 @@ def lead(me: Rank) -> int:
     head = wait_until_alive(me)
     me.comm.send_to_others(head.node_id, HEAD_UP)
     me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
-    me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
+    me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids(_guard_pids(me))))}")
 
     reports = collect_reports(me, head)
     me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
@@ -353,7 +354,7 @@ def follow(me: Rank) -> int:
             f"Worker on rank {me.rank} with ip {node.ip} is connected! "
             f"(node {node.node_id[:12]}, {_res(node)})"
         )
-        me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids()))}")
+        me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids(_guard_pids(me))))}")
         me.comm.send(_report(me, node), 0, REPORT)
     return wait_for_end(me)
 
@@ -475,6 +476,7 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
         me.node_output = NodeOutput(output, out.tell())
         # ray_node.py imports Ray's CLI now and runs `ray start` once released (release_node).
         me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+    me.node_guard = processes.GroupGuard(me.node)
     if head and config.dashboard:
         me.log.step(
             f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "
@@ -633,7 +635,9 @@ def finish(me: Rank, code: int) -> int:
             send_settled(me)
     if me.rank == 0 and me.stop.signum is None:
         wait_for_settled(me)
-    report = processes.stop_descendants([me.node] if me.node else [], grace)
+    report = processes.stop_descendants([me.node] if me.node else [], grace, keep=_guard_pids(me))
+    if me.node_guard is not None:
+        me.node_guard.release()
     if report.pids:
         me.log.step(
             f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "
@@ -651,6 +655,10 @@ def finish(me: Rank, code: int) -> int:
     rank = me.env.task_rank if me.comm.size == 1 and me.env.task_rank is not None else me.rank
     me.log.close(rank_log_path(config.log_dir, job_id, rank))
     return code
+
+
+def _guard_pids(me: Rank) -> frozenset[int]:
+    return frozenset([me.node_guard.proc.pid]) if me.node_guard else frozenset()
 
 
 def _keep_ray_logs(me: Rank) -> None:

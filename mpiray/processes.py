@@ -6,6 +6,9 @@ keep that set complete:
   re-parented to the rank instead of init, so they stay in the rank's process tree.
 - PR_SET_PDEATHSIG on each child: if the rank itself is SIGKILLed (e.g. by mpirun after another
   rank failed), `ray start --block` dies too and Ray's own fate-sharing takes its children down.
+Ray's agents are the exception: raylet starts them without fate-sharing, and one that is still
+starting when raylet dies hangs for a minute or more. So a GroupGuard, a small process outside the
+rank's tree of signals, SIGKILLs the node's process group if the rank dies without releasing it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import IO, Mapping, Sequence
@@ -55,6 +59,43 @@ def start(
     )
 
 
+# Waits for a line on stdin: "done" means the rank stopped the group itself; end of file means the
+# rank died (every copy of the pipe's write end is gone), so the group is killed. While any of the
+# group's processes lives, the kernel does not reuse its id.
+_GUARD = """# mpiray: SIGKILL this process group if its launcher rank dies
+import os, signal, sys
+if sys.stdin.readline().strip() != "done":
+    try:
+        os.killpg(int(sys.argv[1]), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+class GroupGuard:
+    """SIGKILLs the process group of leader if this process dies before release()."""
+
+    def __init__(self, leader: subprocess.Popen):
+        # Its own session (mpirun and srun signal the rank's), no PDEATHSIG: it must outlive the rank.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _GUARD, str(leader.pid)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def release(self, timeout: float = 5.0) -> None:
+        """This rank stopped the group itself: the guard exits without killing anything."""
+        try:
+            self.proc.stdin.write(b"done\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def signal_group(proc: subprocess.Popen, signum: int) -> None:
     try:
         os.killpg(proc.pid, signum)
@@ -85,15 +126,16 @@ class StopReport:
     seconds: float
 
 
-def _descendants() -> list[psutil.Process]:
+def _descendants(keep: frozenset[int] = frozenset()) -> list[psutil.Process]:
     try:
-        return psutil.Process().children(recursive=True)
+        return [proc for proc in psutil.Process().children(recursive=True) if proc.pid not in keep]
     except psutil.Error:
         return []
 
 
-def descendant_pids() -> list[int]:
-    return sorted(proc.pid for proc in _alive(_descendants()))
+def descendant_pids(keep: frozenset[int] = frozenset()) -> list[int]:
+    """This process's living descendants, but for those in keep."""
+    return sorted(proc.pid for proc in _alive(_descendants(keep)))
 
 
 def _reap_zombies() -> None:
@@ -126,8 +168,10 @@ def _send(procs: list[psutil.Process], signum: int) -> None:
             pass
 
 
-def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: float = 0.05) -> StopReport:
-    """End every process below this one, roots first, within grace seconds, then SIGKILL.
+def stop_descendants(
+    roots: Sequence[subprocess.Popen], grace: float, poll: float = 0.05, keep: frozenset[int] = frozenset()
+) -> StopReport:
+    """End every process below this one but those in keep, roots first, within grace seconds, then SIGKILL.
 
     Only the roots get SIGTERM at first: `ray start --block` then shuts its node down in order
     (~1 s), whereas raylet hangs for over 15 s once its agents were signalled before it.
@@ -135,7 +179,7 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
     """
     started = time.monotonic()
     deadline = started + grace
-    seen = {proc.pid for proc in _alive(_descendants())}
+    seen = {proc.pid for proc in _alive(_descendants(keep))}
     signalled = {proc.pid for proc in roots if proc.poll() is None}
     for proc in roots:
         if proc.poll() is None:
@@ -145,7 +189,7 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
     # Whatever is left (orphans, stragglers): SIGTERM, then SIGKILL at the deadline.
     while True:
         _reap_zombies()
-        alive = _alive(_descendants())
+        alive = _alive(_descendants(keep))
         new = [proc for proc in alive if proc.pid not in signalled]
         _send(new, signal.SIGTERM)
         signalled.update(proc.pid for proc in new)
@@ -155,7 +199,7 @@ def stop_descendants(roots: Sequence[subprocess.Popen], grace: float, poll: floa
         time.sleep(poll)
     killed = 0
     for _ in range(100):  # processes started while we kill are killed too
-        alive = _alive(_descendants())
+        alive = _alive(_descendants(keep))
         if not alive:
             break
         killed += len(alive)
