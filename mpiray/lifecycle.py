@@ -88,6 +88,7 @@ class Rank:
     session: Session | None = None
     node: subprocess.Popen | None = None
     node_guard: processes.GroupGuard | None = None  # kills the node's process group if this rank dies
+    port_block: network.PortBlock | None = None  # the host's first rank: its ranks' ports, locked
     node_output: NodeOutput | None = None
     node_alive: bool = False  # seen ALIVE in the GCS
     settled: bool = False  # a worker told rank 0 its `ray start` is done starting
@@ -430,9 +431,10 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     if problem:
         return [problem] * (len(views) + idle)
     try:
-        base = network.free_block(job_id, len(views), reserved=gcs_port)
+        me.port_block = network.free_block(job_id, len(views), reserved=gcs_port)
     except ConfigError as error:
         return [str(error)] * (len(views) + idle)
+    base = me.port_block.base
     plans = []
     for index in range(len(views)):
         is_head = me.rank == 0 and index == 0
@@ -638,6 +640,8 @@ def finish(me: Rank, code: int) -> int:
     report = processes.stop_descendants([me.node] if me.node else [], grace, keep=_guard_pids(me))
     if me.node_guard is not None:
         me.node_guard.release()
+    if me.port_block is not None:
+        me.port_block.release()
     if report.pids:
         me.log.step(
             f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "

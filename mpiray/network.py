@@ -2,16 +2,22 @@
 
 Addresses: never a hostname (it may resolve to 127.0.1.1), never loopback unless the whole job is on
 one host without a network. Ports: every Ray port of a node lies in a block of its own, chosen per
-job and per local rank, so two jobs and several ranks on one host never collide.
+job and per local rank, so two jobs and several ranks on one host never collide: a block is free
+when nothing listens on its ports and no other launcher holds its lock file (two jobs starting
+at the same moment both see the ports free; the lock, held until the job ends, decides).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import ipaddress
+import os
 import socket
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -151,15 +157,67 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_block(job_id: str, ranks_on_host: int, reserved: int = 0) -> int:
-    """The first candidate block of this host whose ports are all free."""
+# One lock file per 100-port block, shared by every user of the host (sticky, like /tmp itself).
+PORT_LOCKS = Path(tempfile.gettempdir()) / "mpiray-ports"
+
+
+@dataclass
+class PortBlock:
+    """Ports [base, base + size) of this host, held (flock) until release() or this process's exit."""
+
+    base: int
+    size: int
+    lock_fds: list[int] = field(default_factory=list)
+
+    def release(self) -> None:
+        for fd in self.lock_fds:
+            os.close(fd)
+        self.lock_fds.clear()
+
+
+def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
+    """Locks on the count blocks from base, or None if another launcher holds one of them."""
+    try:
+        lock_dir.mkdir()
+        os.chmod(lock_dir, 0o1777)  # every user's launcher locks here (mkdir's mode goes through the umask)
+    except FileExistsError:
+        pass
+    except OSError:
+        return []  # no shared lock dir here: fall back to the port check alone
+    fds: list[int] = []
+    for index in range(count):
+        path = lock_dir / f"{base + index * BLOCK_SIZE}.lock"
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except PermissionError:  # another user's lock file: a read-only fd locks it as well
+                fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        fds.append(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            PortBlock(base, 0, fds).release()
+            return None
+    return fds
+
+
+def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_dir: Path = PORT_LOCKS) -> PortBlock:
+    """The first candidate block of this host that no launcher holds and whose ports are all free."""
+    size = BLOCK_SIZE * ranks_on_host
     for base in candidate_bases(job_id, ranks_on_host):
-        ports = range(base, base + BLOCK_SIZE * ranks_on_host)
+        ports = range(base, base + size)
         if reserved in ports:
             continue
+        locks = _lock_blocks(lock_dir, base, ranks_on_host)
+        if locks is None:
+            continue
+        block = PortBlock(base, size, locks)
         if all(port_is_free(port) for port in ports):
-            return base
+            return block
+        block.release()
     raise ConfigError(
-        f"no free block of {BLOCK_SIZE * ranks_on_host} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} "
+        f"no free block of {size} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} "
         f"on {socket.gethostname()}"
     )

@@ -118,3 +118,29 @@ def test_a_failing_gcs_query_raises_its_own_error():
 
     with pytest.raises(ConnectionRefusedError, match="GCS not up"):
         ray_node.find_once(Refusing(), "vm-rank1", "/tmp/x", hung_after=5)
+
+
+def test_two_launchers_starting_together_get_different_port_blocks(tmp_path):
+    # Both see the same ports free (nothing listens yet); the lock decides. The same job id makes
+    # both start from the same candidate, as two job ids do that hash to one slot.
+    first = network.free_block("job-1", 2, lock_dir=tmp_path)
+    second = network.free_block("job-1", 2, lock_dir=tmp_path)
+    assert second.base != first.base
+    assert not set(range(first.base, first.base + first.size)) & set(range(second.base, second.base + second.size))
+    first.release()
+    third = network.free_block("job-1", 2, lock_dir=tmp_path)
+    assert third.base == first.base
+    second.release()
+    third.release()
+
+
+def test_a_larger_block_does_not_overlap_a_held_smaller_one(tmp_path):
+    held = network.free_block("job-1", 1, lock_dir=tmp_path)
+    # A job (4 ranks on the host) whose first candidate covers the held block.
+    job = next(f"job-{i}" for i in range(2, 10_000)
+               if 0 <= held.base - network.candidate_bases(f"job-{i}", 4)[0] < 4 * network.BLOCK_SIZE)
+    bigger = network.free_block(job, 4, lock_dir=tmp_path)
+    assert bigger.base != network.candidate_bases(job, 4)[0]
+    assert held.base not in range(bigger.base, bigger.base + bigger.size)
+    bigger.release()
+    held.release()
