@@ -148,7 +148,7 @@ def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
             if line.startswith("PROBE "):
                 break
         short_proc.send_signal(signal.SIGTERM)
-        short_proc.communicate(timeout=60)
+        _, short_err = short_proc.communicate(timeout=60)
         long_proc = jobs["long"][0]
         out, err = long_proc.communicate(timeout=180)
     finally:
@@ -156,7 +156,7 @@ def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert short_proc.returncode == 143
+    assert short_proc.returncode == 143, short_err
     assert long_proc.returncode == 0, err
     assert '"nodes": 2' in out  # the long job kept both of its own nodes
     long_log = (jobs["long"][1] / "rank-0000.log").read_text()
