@@ -175,15 +175,20 @@ class PortBlock:
         self.lock_fds.clear()
 
 
-def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
-    """Locks on the count blocks from base, or None if another launcher holds one of them."""
+def _make_lock_dir(lock_dir: Path) -> bool:
+    """Whether the shared lock dir exists (made here if need be) for every user's launcher."""
     try:
         lock_dir.mkdir()
-        os.chmod(lock_dir, 0o1777)  # every user's launcher locks here (mkdir's mode goes through the umask)
+        os.chmod(lock_dir, 0o1777)  # mkdir's mode goes through the umask
     except FileExistsError:
         pass
     except OSError:
-        return []  # no shared lock dir here: fall back to the port check alone
+        return False
+    return True
+
+
+def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
+    """Locks on the count blocks from base, or None if another launcher holds one of them."""
     fds: list[int] = []
     for index in range(count):
         path = lock_dir / f"{base + index * BLOCK_SIZE}.lock"
@@ -198,7 +203,8 @@ def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            PortBlock(base, 0, fds).release()
+            for held in fds:
+                os.close(held)
             return None
     return fds
 
@@ -206,11 +212,12 @@ def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
 def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_dir: Path = PORT_LOCKS) -> PortBlock:
     """The first candidate block of this host that no launcher holds and whose ports are all free."""
     size = BLOCK_SIZE * ranks_on_host
+    locking = _make_lock_dir(lock_dir)  # if not (no shared /tmp dir), the port check alone decides
     for base in candidate_bases(job_id, ranks_on_host):
         ports = range(base, base + size)
         if reserved in ports:
             continue
-        locks = _lock_blocks(lock_dir, base, ranks_on_host)
+        locks = _lock_blocks(lock_dir, base, ranks_on_host) if locking else []
         if locks is None:
             continue
         block = PortBlock(base, size, locks)
