@@ -7,6 +7,7 @@ two tables below; the functions are pure (they take the environment as a mapping
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -184,6 +185,15 @@ def default_job_id(env: Environment, now: float | None = None, pid: int | None =
         return env.job_id
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
     return f"{stamp}-{os.getpid() if pid is None else pid}"
+
+
+def safe_job_id(text: str) -> str:
+    """A job id fit to name a directory: at most 100 of A-Z a-z 0-9 . _ + -, never '' '.' or '..'.
+
+    Other characters become '_' (PBS array jobs: '1234[5]' -> '1234_5_'); --job-id must be unchanged by it.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", text)[:100]
+    return safe if safe.strip(".") else "_" * max(len(safe), 1)
 
 
 def singleton_error(env: Environment, mpi_size: int) -> str | None:

@@ -1,13 +1,15 @@
 """Option parsing: flags, MPIRAY_* defaults, the driver after '--', clear errors for bad input."""
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from mpiray.cli import parse_args, parse_bytes
+from mpiray.cli import OTHER_VARIABLES, build_parser, main, parse_args, parse_bytes
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
+from mpiray.scheduler import safe_job_id
 
 
 def test_defaults_run_the_trainer():
@@ -41,19 +43,199 @@ def test_environment_supplies_defaults_and_flags_win():
 @pytest.mark.parametrize("argv, expected", [
     (["--startup-timeout", "-5"], "must be >= 0"),
     (["--startup-timeout", "0"], "must be > 0"),
+    (["--startup-timeout", "nan"], "must be a finite number"),
+    (["--startup-timeout", "inf"], "must be a finite number"),
+    (["--startup-timeout=-inf"], "must be a finite number"),
+    (["--startup-timeout", "1e400"], "must be a finite number"),  # float('1e400') is inf
+    (["--startup-timeout", "1e8"], "must be at most 10000000 seconds"),
+    (["--startup-timeout", "soon"], "not a number: 'soon'"),
+    (["--stop-grace", "nan"], "must be a finite number"),
+    (["--stop-grace", "-1"], "must be >= 0"),
+    (["--time-limit", "nan"], "must be a finite number"),
+    (["--time-limit", "inf"], "must be a finite number"),
+    (["--time-limit", "0"], "must be > 0"),
     (["--port", "70000"], "not a TCP port"),
+    (["--port", "-1"], "not a TCP port"),
+    (["--port", "http"], "not a number"),
     (["--num-cpus", "two"], "not a number"),
+    (["--num-cpus", "-1"], "must be >= 0"),
+    (["--num-cpus", "1.5"], "not a number: '1.5' (give a whole number"),
+    (["--num-cpus", "10000001"], "must be at most 1000000"),
+    (["--num-cpus", "9" * 400], "must be at most 1000000"),
+    (["--num-gpus", "nan"], "not a number"),
+    (["--head-cpus", "-2"], "must be >= 0"),
     (["--object-store-memory", "lots"], "not a size"),
+    (["--object-store-memory", "inf"], "not a size"),
+    (["--object-store-memory", "nan"], "not a size"),
+    (["--object-store-memory", "1e400"], "not a size"),
+    (["--object-store-memory", "0"], "size must be positive"),
+    (["--object-store-memory=-1G"], "size must be positive"),
+    (["--object-store-memory", "10M"], "below the 75M that Ray needs"),
+    (["--job-id", "../x"], "not a job id: '../x'"),
+    (["--job-id", ".."], "not a job id"),
+    (["--job-id", "."], "not a job id"),
+    (["--job-id", "a/b"], "not a job id"),
+    (["--job-id", ""], "not a job id"),
+    (["--job-id", "1234[5]"], "not a job id"),
+    (["--job-id", "x" * 101], "up to 100 letters"),
+    (["--log-dir", ""], "empty path"),
+    (["--temp-dir", " "], "empty path"),
+    (["--interface", ""], "empty interface name"),
     (["--ray-node-per", "socket"], "invalid choice"),
+    (["--port"], "expected one argument"),
+])
+def test_bad_options_exit_2_naming_the_option(argv, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_args(argv, environ={})
+    message = str(error.value)
+    assert error.value.exit_code == 2
+    assert argv[0].split("=")[0] in message and expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("argv, expected", [
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["my_driver.py"], "goes after '--'"),
     (["--"], "nothing after '--'"),
 ])
-def test_bad_options_exit_2_with_a_message(argv, expected, capsys):
-    with pytest.raises(SystemExit) as exit_info:
+def test_misplaced_arguments_exit_2_with_a_message(argv, expected):
+    with pytest.raises(ConfigError, match=expected) as error:
         parse_args(argv, environ={})
-    assert exit_info.value.code == 2
-    assert expected in capsys.readouterr().err
+    assert error.value.exit_code == 2
+
+
+def test_edge_values_that_are_valid():
+    config = parse_args(["--stop-grace", "0", "--num-cpus", "0", "--num-gpus", "0", "--head-cpus", "0",
+                         "--port", "65535", "--startup-timeout", "1e7", "--time-limit", "0.5",
+                         "--object-store-memory", "75M", "--job-id", "1234_5_.pbs01+a-b"], environ={})
+    assert (config.stop_grace, config.num_cpus, config.num_gpus, config.head_cpus) == (0, 0, 0, 0)
+    assert (config.port, config.startup_timeout, config.time_limit) == (65535, 1e7, 0.5)
+    assert config.object_store_memory == 75 * 2**20
+    assert config.job_id == "1234_5_.pbs01+a-b"
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("MPIRAY_RAY_NODE_PER", "node", "MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)"),
+    ("MPIRAY_STARTUP_TIMEOUT", "nan", "MPIRAY_STARTUP_TIMEOUT='nan': must be a finite number"),
+    ("MPIRAY_STARTUP_TIMEOUT", "1e400", "MPIRAY_STARTUP_TIMEOUT='1e400': must be a finite number"),
+    ("MPIRAY_STARTUP_TIMEOUT", "0", "MPIRAY_STARTUP_TIMEOUT='0': must be > 0"),
+    ("MPIRAY_STOP_GRACE", "nan", "MPIRAY_STOP_GRACE='nan': must be a finite number"),
+    ("MPIRAY_TIME_LIMIT", "inf", "MPIRAY_TIME_LIMIT='inf': must be a finite number"),
+    ("MPIRAY_PORT", "70000", "MPIRAY_PORT='70000': not a TCP port"),
+    ("MPIRAY_NUM_CPUS", "-1", "MPIRAY_NUM_CPUS='-1': must be >= 0"),
+    ("MPIRAY_NUM_GPUS", "one", "MPIRAY_NUM_GPUS='one': not a number"),
+    ("MPIRAY_HEAD_CPUS", "1.5", "MPIRAY_HEAD_CPUS='1.5': not a number"),
+    ("MPIRAY_OBJECT_STORE_MEMORY", "inf", "MPIRAY_OBJECT_STORE_MEMORY='inf': not a size"),
+    ("MPIRAY_JOB_ID", "../x", "MPIRAY_JOB_ID='../x': not a job id"),
+    ("MPIRAY_DRIVER", "python -c 'print(1)", "MPIRAY_DRIVER=\"python -c 'print(1)\": No closing quotation"),
+    ("MPIRAY_AUTH", "maybe", "MPIRAY_AUTH='maybe' is not a boolean"),
+    ("MPIRAY_DASHBOARD", "2", "MPIRAY_DASHBOARD='2' is not a boolean"),
+])
+def test_bad_environment_value_exits_2_naming_the_variable(name, value, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--", "python", "x.py"], environ={name: value})
+    assert error.value.exit_code == 2
+    assert str(error.value).startswith(expected)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--startup-timeout", "nan"), ("--stop-grace", "-3"), ("--time-limit", "0"), ("--port", "65536"),
+    ("--num-cpus", "x"), ("--num-gpus", "-1"), ("--head-cpus", "2e9"), ("--object-store-memory", "1K"),
+    ("--job-id", "a b"), ("--ray-node-per", "node"),
+])
+def test_environment_and_flag_are_checked_alike(flag, value):
+    name = "MPIRAY_" + flag[2:].replace("-", "_").upper()
+    with pytest.raises(ConfigError) as from_flag:
+        parse_args([flag, value], environ={})
+    with pytest.raises(ConfigError) as from_env:
+        parse_args([], environ={name: value})
+    reason = str(from_env.value).removeprefix(f"{name}={value!r}: ")
+    assert reason != str(from_env.value)  # the variable is named first
+    if flag != "--ray-node-per":  # argparse words its own choices message differently
+        assert f"argument {flag}: {reason} (see start_ray.py --help)" == str(from_flag.value)
+
+
+def test_every_option_reads_its_variable_with_the_flags_conversion():
+    environ = {"MPIRAY_LOG_DIR": "/l", "MPIRAY_JOB_ID": "j-1", "MPIRAY_STARTUP_TIMEOUT": "1.5",
+               "MPIRAY_PORT": "7000", "MPIRAY_NUM_CPUS": "3", "MPIRAY_NUM_GPUS": "1", "MPIRAY_HEAD_CPUS": "0",
+               "MPIRAY_OBJECT_STORE_MEMORY": "2G", "MPIRAY_STOP_GRACE": "5", "MPIRAY_TIME_LIMIT": "60",
+               "MPIRAY_INTERFACE": "ib0", "MPIRAY_TEMP_DIR": "/t", "MPIRAY_RAY_NODE_PER": "host",
+               "MPIRAY_AUTH": "yes", "MPIRAY_DASHBOARD": "on"}
+    config = parse_args([], environ=environ)
+    assert config.log_dir == Path("/l") and config.temp_dir == Path("/t")
+    assert (config.job_id, config.startup_timeout, config.port) == ("j-1", 1.5, 7000)
+    assert (config.num_cpus, config.num_gpus, config.head_cpus) == (3, 1, 0)
+    assert (config.object_store_memory, config.stop_grace, config.time_limit) == (2 * 2**30, 5.0, 60.0)
+    assert (config.interface, config.ray_node_per, config.auth, config.dashboard) == ("ib0", "host", True, True)
+
+
+def test_a_bad_variable_is_an_error_even_when_the_flag_overrides_it():
+    with pytest.raises(ConfigError, match="MPIRAY_PORT='http'"):
+        parse_args(["--port", "7000"], environ={"MPIRAY_PORT": "http"})
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_variable_counts_as_unset(blank, capsys):
+    names = [action.dest.upper() for action in build_parser({})._actions if action.option_strings]
+    environ = {f"MPIRAY_{name}": blank for name in names if name not in ("HELP", "REDIS_PASSWORD")}
+    environ["MPIRAY_DRIVER"] = blank
+    assert "MPIRAY_AUTH" in environ and "MPIRAY_RAY_NODE_PER" in environ
+    assert parse_args([], environ=environ) == parse_args([], environ={})  # e.g. MPIRAY_AUTH= keeps auth on
+    assert capsys.readouterr().err == ""
+
+
+def test_misspelled_variable_warns_with_the_closest_name(capsys):
+    config = parse_args([], environ={"MPIRAY_STARTUP_TIMEOT": "300", "mpiray_port": "7000", "MPIRAY_ZQXJ": "1"})
+    assert config.startup_timeout == 120 and config.port == 0  # ignored, but said so
+    assert capsys.readouterr().err.splitlines() == [
+        "mpiray: warning: MPIRAY_STARTUP_TIMEOT is not a setting of mpiray (did you mean MPIRAY_STARTUP_TIMEOUT?)",
+        "mpiray: warning: MPIRAY_ZQXJ is not a setting of mpiray (see start_ray.py --help)",
+        "mpiray: warning: mpiray_port is not a setting of mpiray (did you mean MPIRAY_PORT?)",
+    ]
+
+
+def test_names_mpiray_reads_or_sets_are_known(capsys):
+    environ = {name: "" for name in OTHER_VARIABLES}
+    environ.update(MPIRAY_NUM_NODES="4", MPIRAY_TOTAL_CPUS="8", MPIRAY_HEAD_IP="10.0.0.1", MPIRAY_DIR="/x")
+    parse_args([], environ=environ)
+    assert capsys.readouterr().err == ""
+    assert {"MPIRAY_DRIVER", "MPIRAY_FAKE_VERSION", "MPIRAY_KEEP_TESTBED", "MPIRAY_SITE_MPI"} <= set(OTHER_VARIABLES)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1234", "1234"), ("1234[5]", "1234_5_"), ("12.pbs01+a-b_c", "12.pbs01+a-b_c"), ("../x", ".._x"),
+    ("a b/c", "a_b_c"), (".", "_"), ("..", "__"), ("", "_"), ("x" * 150, "x" * 100), ("é", "_"),
+])
+def test_safe_job_id_makes_a_scheduler_id_a_valid_job_id(text, expected):
+    assert safe_job_id(text) == expected
+    assert parse_args(["--job-id", expected], environ={}).job_id == expected
+
+
+MPICH_RANK_1 = {"MPI_LOCALNRANKS": "4", "PMI_RANK": "1", "PMI_SIZE": "4"}
+
+
+def _environ(monkeypatch, extra):
+    for name in list(os.environ):
+        if name.upper().startswith("MPIRAY_") or name.startswith(("PMI_", "OMPI_", "SLURM_", "PALS_", "ALPS_")):
+            monkeypatch.delenv(name)
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("extra", [{}, {**MPICH_RANK_1, "PMI_RANK": "0"}], ids=["no-launcher", "rank-0"])
+def test_main_prints_one_error_line_on_the_first_task(monkeypatch, capsys, extra):
+    _environ(monkeypatch, {**extra, "MPIRAY_RAY_NODE_PER": "node"})
+    assert main(["--", "python", "x.py"]) == 2
+    assert capsys.readouterr().err == (
+        "mpiray: error: MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)\n"
+    )
+
+
+def test_main_on_other_tasks_exits_2_silently(monkeypatch, capsys):
+    _environ(monkeypatch, {**MPICH_RANK_1, "MPIRAY_STARTUP_TIMEOT": "5"})
+    assert main(["--startup-timeout", "nan", "--redis-password", "x", "--", "python", "x.py"]) == 2
+    assert capsys.readouterr().err == ""
 
 
 def test_bad_boolean_in_environment_is_named():

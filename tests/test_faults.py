@@ -110,19 +110,30 @@ def test_version_skew_is_refused_with_versions_per_rank(tmp_path):
 LONG_TEMP = "/tmp/" + "t" * 60  # with mpiray's own part, Ray's socket paths exceed 107 bytes
 
 
-@pytest.mark.parametrize("args, messages", [
-    (["--temp-dir", LONG_TEMP], ["107-byte AF_UNIX limit", "--temp-dir"]),
-    (["--temp-dir", "/proc/mpiray"], ["cannot create the temp dir /proc/mpiray/", "--temp-dir"]),
-    (["--interface", "ib99"], ["--interface ib99: no such interface", "lo (127.0.0.1)"]),
-    (["--object-store-memory", "100T"], ["--object-store-memory", "does not fit"]),
-    (["--no-such-option"], ["unrecognized arguments: --no-such-option"]),
-], ids=["long-temp-dir", "unwritable-temp-dir", "unknown-interface", "object-store-too-big", "unknown-option"])
-def test_bad_input_fails_fast_with_a_message_and_leaves_nothing(tmp_path, args, messages):
-    run = launch(tmp_path, 2, args=args, tag="badinput")
+# Input that the command line already refuses fails before MPI starts, and only the first task says so.
+BEFORE_MPI = ["unknown-option", "nan-timeout", "bad-env-choice", "job-id-outside-log-dir"]
+
+
+@pytest.mark.parametrize("args, env, messages", [
+    (["--temp-dir", LONG_TEMP], {}, ["107-byte AF_UNIX limit", "--temp-dir"]),
+    (["--temp-dir", "/proc/mpiray"], {}, ["cannot create the temp dir /proc/mpiray/", "--temp-dir"]),
+    (["--interface", "ib99"], {}, ["--interface ib99: no such interface", "lo (127.0.0.1)"]),
+    (["--object-store-memory", "100T"], {}, ["--object-store-memory", "does not fit"]),
+    (["--no-such-option"], {}, ["unrecognized arguments: --no-such-option"]),
+    (["--startup-timeout", "nan"], {}, ["--startup-timeout", "must be a finite number"]),
+    ([], {"MPIRAY_RAY_NODE_PER": "node"}, ["MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)"]),
+    (["--job-id", "../escaped"], {}, ["--job-id", "not a job id: '../escaped'"]),
+], ids=["long-temp-dir", "unwritable-temp-dir", "unknown-interface", "object-store-too-big", *BEFORE_MPI])
+def test_bad_input_fails_fast_with_a_message_and_leaves_nothing(request, tmp_path, args, env, messages):
+    run = launch(tmp_path, 2, args=args, env=env, tag="badinput")
     assert run.returncode == 2
     for message in messages:
         assert message in run.stderr
+    if request.node.callspec.id in BEFORE_MPI:
+        assert run.stderr.startswith("mpiray: error: ") and len(run.stderr.splitlines()) == 1, run.stderr
+        assert not (tmp_path / "logs").exists()
     assert run.seconds < 30
+    assert [path.name for path in tmp_path.iterdir()] in ([], ["logs"])  # nothing written beside --log-dir
     assert_nothing_left(run)
 
 
