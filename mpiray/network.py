@@ -3,21 +3,19 @@
 Addresses: never a hostname (it may resolve to 127.0.1.1), never loopback unless the whole job is on
 one host without a network. Ports: every Ray port of a node lies in a block of its own, chosen per
 job and per local rank, so two jobs and several ranks on one host never collide: a block is free
-when nothing listens on its ports and no other launcher holds its lock file (two jobs starting
-at the same moment both see the ports free; the lock, held until the job ends, decides).
+when nothing listens on its ports and no other launcher holds its lock, an abstract unix socket
+name (two jobs starting at the same moment both see the ports free; the lock, held until the job
+ends, decides).
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import ipaddress
 import os
 import socket
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
@@ -157,74 +155,130 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-# One lock file per 100-port block, shared by every user of the host (sticky, like /tmp itself).
-PORT_LOCKS = Path(tempfile.gettempdir()) / "mpiray-ports"
+# Port locks: one abstract AF_UNIX socket name per 100-port block, bound while the block is held.
+# Abstract names live in the network namespace, which is exactly where ports live, and not in a
+# file system: no directory to pick or trust, nothing another user can plant (FIFO, symlink),
+# rename or unlink, nothing a per-job TMPDIR, a private /tmp or /dev/shm (Slurm job_container) or an
+# epilog's clean-up can split or remove, and the kernel frees a name when its holder exits. The most
+# another process can do is bind a name first, which skips that block like any held block (it could
+# as well listen on the ports). Names are per socket type, so every launcher uses SOCK_STREAM.
+LOCK_PREFIX = "mpiray-port"
+
+
+def lock_name(base: int, prefix: str = LOCK_PREFIX) -> str:
+    """The abstract socket name (shown with ss's leading @) that locks the 100-port block at base."""
+    return f"@{prefix}-{base}"
 
 
 @dataclass
 class PortBlock:
-    """Ports [base, base + size) of this host, held (flock) until release() or this process's exit."""
+    """Ports [base, base + size) of this host, locked until release() or this process's exit.
+
+    notes: how the block was chosen and locked, and every candidate skipped and why (for the log).
+    """
 
     base: int
     size: int
-    lock_fds: list[int] = field(default_factory=list)
+    locks: list[socket.socket] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def release(self) -> None:
-        for fd in self.lock_fds:
-            os.close(fd)
-        self.lock_fds.clear()
+        for lock in self.locks:
+            lock.close()
+        self.locks.clear()
 
 
-def _make_lock_dir(lock_dir: Path) -> bool:
-    """Whether the shared lock dir exists (made here if need be) for every user's launcher."""
+def _take_lock(name: str) -> socket.socket | None:
+    """A socket bound to the abstract name name, or None if another process holds it.
+
+    Any other failure (no AF_UNIX, a security module refusing the bind) raises OSError.
+    """
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec, like every Python socket
     try:
-        lock_dir.mkdir()
-        os.chmod(lock_dir, 0o1777)  # mkdir's mode goes through the umask
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    return True
-
-
-def _lock_blocks(lock_dir: Path, base: int, count: int) -> list[int] | None:
-    """Locks on the count blocks from base, or None if another launcher holds one of them."""
-    fds: list[int] = []
-    for index in range(count):
-        path = lock_dir / f"{base + index * BLOCK_SIZE}.lock"
-        try:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            except PermissionError:  # another user's lock file: a read-only fd locks it as well
-                fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        fds.append(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            for held in fds:
-                os.close(held)
+        lock.bind("\0" + name.removeprefix("@"))
+    except OSError as error:
+        lock.close()
+        if error.errno == errno.EADDRINUSE:
             return None
-    return fds
+        raise
+    return lock
 
 
-def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_dir: Path = PORT_LOCKS) -> PortBlock:
-    """The first candidate block of this host that no launcher holds and whose ports are all free."""
+def _lock_blocks(prefix: str, base: int, count: int) -> tuple[list[socket.socket], str | None]:
+    """Locks on the count blocks from base, or ([], name) with the lock another process holds."""
+    locks: list[socket.socket] = []
+    try:
+        for index in range(count):
+            name = lock_name(base + index * BLOCK_SIZE, prefix)
+            lock = _take_lock(name)
+            if lock is None:
+                for held in locks:
+                    held.close()
+                return [], name
+            locks.append(lock)
+    except OSError:
+        for held in locks:
+            held.close()
+        raise
+    return locks, None
+
+
+def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: str = LOCK_PREFIX) -> PortBlock:
+    """The first candidate block of this host that no launcher holds and whose ports are all free.
+
+    lock_prefix names the locks (tests pass their own). Raises ConfigError, saying why every
+    candidate was skipped, if none is left.
+    """
     size = BLOCK_SIZE * ranks_on_host
-    locking = _make_lock_dir(lock_dir)  # if not (no shared /tmp dir), the port check alone decides
-    for base in candidate_bases(job_id, ranks_on_host):
+    notes: list[str] = []
+    locks_off = ""  # why the locks are off, if they are
+    held = busy = skipped = 0
+    bases = candidate_bases(job_id, ranks_on_host)
+    for base in bases:
         ports = range(base, base + size)
+        span = f"ports {base}-{base + size - 1}"
         if reserved in ports:
+            skipped += 1
+            notes.append(f"{span} skipped: they include the GCS port {reserved}")
             continue
-        locks = _lock_blocks(lock_dir, base, ranks_on_host) if locking else []
-        if locks is None:
-            continue
-        block = PortBlock(base, size, locks)
-        if all(port_is_free(port) for port in ports):
+        locks: list[socket.socket] = []
+        if not locks_off:
+            try:
+                locks, holder = _lock_blocks(lock_prefix, base, ranks_on_host)
+            except OSError as error:
+                locks_off = (
+                    f"port locks off: binding an abstract unix socket failed ({error}); only the "
+                    f"port check decides, so two jobs starting at the same moment may pick one block"
+                )
+                notes.append(locks_off)
+            else:
+                if holder is not None:
+                    held += 1
+                    notes.append(f"{span} skipped: another process holds its lock {holder}")
+                    continue
+        block = PortBlock(base, size, locks, notes)
+        in_use = next((port for port in ports if not port_is_free(port)), None)
+        if in_use is None:
+            if locks:
+                names = lock_name(base, lock_prefix) + (
+                    f" .. {lock_name(base + size - BLOCK_SIZE, lock_prefix)}" if ranks_on_host > 1 else ""
+                )
+                notes.append(
+                    f"{span} locked until the job ends: abstract unix socket {names} "
+                    f"(per network namespace; other launchers skip a held block)"
+                )
             return block
         block.release()
+        busy += 1
+        notes.append(f"{span} skipped: port {in_use} is in use")
+    reasons = [
+        f"{held} held by other launchers (their lock, an abstract unix socket @{lock_prefix}-PORT in "
+        f"this network namespace, was bound)" if held else "",
+        f"{busy} with a port in use" if busy else "",
+        f"{skipped} including the GCS port {reserved}" if skipped else "",
+        locks_off,
+    ]
     raise ConfigError(
-        f"no free block of {size} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} "
-        f"on {socket.gethostname()}"
+        f"no free block of {size} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} on {socket.gethostname()}: "
+        f"of {len(bases)} candidate blocks, " + "; ".join(r for r in reasons if r)
     )
