@@ -92,13 +92,14 @@ def node_env(
     return env
 
 
-def socket_path_problem(temp_dir: str) -> str | None:
-    """Why Ray's Unix sockets under temp_dir would exceed the 107-byte AF_UNIX limit, if they would."""
-    longest = len(os.fsencode(temp_dir)) + len(SOCKET_SUFFIX)
+def socket_path_problem(ray_dir: str, temp_root: str) -> str | None:
+    """Why Ray's Unix sockets under ray_dir (made below temp_root) would exceed the 107-byte AF_UNIX limit."""
+    longest = len(os.fsencode(ray_dir)) + len(SOCKET_SUFFIX)
     if longest <= AF_UNIX_PATH_MAX:
         return None
+    ours = len(os.fsencode(ray_dir)) - len(os.fsencode(temp_root))
     return (
-        f"Ray's socket paths under {temp_dir} would be {longest} bytes, over the {AF_UNIX_PATH_MAX}-byte "
+        f"Ray's socket paths under {ray_dir} would be {longest} bytes, over the {AF_UNIX_PATH_MAX}-byte "
         f"AF_UNIX limit: give a shorter --temp-dir (or TMPDIR), at most "
-        f"{AF_UNIX_PATH_MAX - len(SOCKET_SUFFIX) - len('/mpiray-0-12345678-r0000')} characters, e.g. /tmp"
+        f"{AF_UNIX_PATH_MAX - len(SOCKET_SUFFIX) - ours} characters, e.g. /tmp"
     )

@@ -11,28 +11,25 @@ exactly the processes it started, then all meet at a barrier and exit with the s
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import secrets
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import version
-from pathlib import Path
 
 from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
+from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
 from mpiray.gcs import NodeInfo
-from mpiray.logs import NodeOutput, RankLog, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
+from mpiray.logs import RankLog, Tee, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
+from mpiray.node import RayNode
 from mpiray.signals import StopRequest
 
 TIME_LIMIT_EXIT = 124  # as timeout(1)
@@ -40,6 +37,7 @@ HEAD_LOST_EXIT = 1
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
+TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.log after it exited
 
 
 @dataclass(frozen=True)
@@ -86,16 +84,11 @@ class Rank:
     host: str
     started: float = field(default_factory=time.time)
     session: Session | None = None
-    node: subprocess.Popen | None = None
-    node_guard: processes.GroupGuard | None = None  # kills the node's process group if this rank dies
+    node: RayNode | None = None
     port_block: network.PortBlock | None = None  # the host's first rank: its ranks' ports, locked
-    node_output: NodeOutput | None = None
-    node_alive: bool = False  # seen ALIVE in the GCS
     settled: bool = False  # a worker told rank 0 its `ray start` is done starting
     node_ranks: set[int] = field(default_factory=set)  # rank 0: the workers that run a Ray node
     settled_ranks: set[int] = field(default_factory=set)  # rank 0: ... whose `ray start` is done starting
-    node_spec: commands.NodeSpec | None = None
-    temp_dir: Path | None = None
     driver: subprocess.Popen | None = None
     view: resources.HostView | None = None
 
@@ -158,7 +151,7 @@ def run(config: Config, comm: Comm | None = None) -> int:
 
 def lead(me: Rank) -> int:
     config = me.config
-    job_id = config.job_id or scheduler.default_job_id(me.env)
+    job_id = config.job_id or scheduler.safe_job_id(scheduler.default_job_id(me.env))
     me.log.open(rank_log_path(config.log_dir, job_id, 0))
     _log_context(me)
     head_ip = network.head_address(config.interface)
@@ -173,11 +166,11 @@ def lead(me: Rank) -> int:
     me.log.step(f"Session sent to {me.comm.size - 1} workers: head will be at {me.session.gcs_address}")
 
     start_node(me, share, ports, head=True)
-    release_node(me)
+    me.node.release()
     head = wait_until_alive(me)
     me.comm.send_to_others(head.node_id, HEAD_UP)
     me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
-    me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids(_guard_pids(me))))}")
+    me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
 
     reports = collect_reports(me, head)
     me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
@@ -193,11 +186,11 @@ def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
     """Every worker's report, in rank order; names the missing ones at the startup timeout."""
     reports: dict[int, Report] = {0: _report(me, head)}
     hellos: dict[int, dict] = {}
-    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.started)
+    deadline = Deadline.since(me.started, me.config.startup_timeout)
     while len(reports) < me.comm.size:
         message = me.comm.poll()
         if message is None:
-            if time.monotonic() >= deadline:
+            if deadline.expired():
                 raise StartupTimeout(_missing(me, reports, hellos))
             me.check()
             time.sleep(STARTUP_POLL)
@@ -251,7 +244,7 @@ def check_versions(reports: list[Report]) -> None:
 def drive(me: Rank, nodes: list[Report]) -> int:
     """Run the driver with the cluster in its environment; its exit code is the job's."""
     config, session = me.config, me.session
-    env = commands.node_env(dict(os.environ), None, _token_path(me))
+    env = commands.node_env(dict(os.environ), None, str(me.node.token_path) if me.node.token_path else None)
     env.update(
         RAY_ADDRESS=session.gcs_address,
         MPIRAY_JOB_ID=session.job_id,
@@ -268,8 +261,10 @@ def drive(me: Rank, nodes: list[Report]) -> int:
     except OSError as error:
         raise ConfigError(f"cannot start the driver {list(config.driver)}: {error.strerror}") from None
     me.log.step(f"Driver started (pid {me.driver.pid}): {' '.join(config.driver)}; output also in {out_path}")
-    tees = _tee(me.driver, out_path)
-    limit = time.monotonic() + config.time_limit if config.time_limit else None
+    tee = Tee.to_file(out_path)
+    tee.pump(me.driver.stdout, sys.stdout.buffer)
+    tee.pump(me.driver.stderr, sys.stderr.buffer)
+    limit = Deadline.after(config.time_limit) if config.time_limit else None
     code = None
     while code is None:
         try:
@@ -282,17 +277,17 @@ def drive(me: Rank, nodes: list[Report]) -> int:
             me.log.warning(f"signal {me.stop.signum}: SIGTERM to the driver, {config.stop_grace:g} s to finish")
             processes.stop_group(me.driver, config.stop_grace)
             code = 128 + me.stop.signum
-        if code is None and limit is not None and time.monotonic() >= limit:
+        if code is None and limit is not None and limit.expired():
             me.log.error(
                 f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL "
                 f"after {config.stop_grace:g} s"
             )
             processes.stop_group(me.driver, config.stop_grace)
             code = TIME_LIMIT_EXIT
-        if code is None and me.node.poll() is not None:
+        if code is None and me.node.exited():
             me.log.error(
-                f"the head's Ray node exited (code {processes.exit_code(me.node.returncode)}, see "
-                f"{ray_output_path(config.log_dir, session.job_id, 0)}): stopping the driver"
+                f"the head's Ray node exited (code {me.node.exit_code()}, see {me.node.output_path}): "
+                f"stopping the driver"
             )
             # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
             processes.stop_group(me.driver, min(config.stop_grace, RAY_STOP_GRACE))
@@ -300,32 +295,13 @@ def drive(me: Rank, nodes: list[Report]) -> int:
         event = me.comm.poll(tag=EVENT)
         if event is not None:
             me.log.warning(f"rank {event[0]}: {event[2]}")
-    for tee in tees:
-        tee.join(timeout=5)
+    tee.close(TEE_CLOSE)
+    if tee.error or tee.dropped:
+        me.log.warning(
+            f"driver.log is incomplete ({tee.error or 'its writes stalled'}; {tee.dropped} lines not written): "
+            f"the driver's output went to this job's stdout/stderr only"
+        )
     return code
-
-
-def _tee(proc: subprocess.Popen, path: Path) -> list[threading.Thread]:
-    """Copy the driver's stdout/stderr to ours and to driver.log, line by line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(path, "ab", buffering=0)
-    lock = threading.Lock()
-
-    def pump(pipe, target):
-        for line in iter(pipe.readline, b""):
-            with lock:
-                log.write(line)
-            target.write(line)
-            target.flush()
-        pipe.close()
-
-    threads = [
-        threading.Thread(target=pump, args=(proc.stdout, sys.stdout.buffer), daemon=True),
-        threading.Thread(target=pump, args=(proc.stderr, sys.stderr.buffer), daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
-    return threads
 
 
 # ---- ranks 1..N-1 -----------------------------------------------------------------------------
@@ -333,8 +309,7 @@ def _tee(proc: subprocess.Popen, path: Path) -> list[threading.Thread]:
 
 def follow(me: Rank) -> int:
     me.log.step("Waiting for broadcast...")
-    deadline = time.monotonic() + me.config.startup_timeout
-    session = me.comm.receive(0, SESSION, deadline, me.check)
+    session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.check)
     if session is None:
         raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
     me.session = session
@@ -346,16 +321,16 @@ def follow(me: Rank) -> int:
         me.log.step("Ray node per host: this host's first rank runs the node; this rank stays idle")
         me.comm.send(_report(me), 0, REPORT)
     else:
-        start_node(me, share, ports, head=False)
-        me.log.step(f"Worker on rank {me.rank} with ip {me.node_spec.node_ip} will connect to {session.gcs_address}")
+        node_ip = start_node(me, share, ports, head=False)
+        me.log.step(f"Worker on rank {me.rank} with ip {node_ip} will connect to {session.gcs_address}")
         wait_for_head(me)
-        release_node(me)
+        me.node.release()
         node = wait_until_alive(me)
         me.log.step(
             f"Worker on rank {me.rank} with ip {node.ip} is connected! "
             f"(node {node.node_id[:12]}, {_res(node)})"
         )
-        me.log.step(f"Ray node processes: pids {' '.join(map(str, processes.descendant_pids(_guard_pids(me))))}")
+        me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
     return wait_for_end(me)
 
@@ -366,18 +341,15 @@ def wait_for_end(me: Rank) -> int:
     signalled_at = None
     while True:
         me.comm.poll(0, HEAD_UP)  # an idle rank has no node to let go: drop it
-        if me.node_alive and not me.settled:
-            me.node_output.new_lines()
-            if me.node_output.ray_started or me.node.poll() is not None:
-                send_settled(me)
+        if me.node is not None and me.node.alive and not me.settled and me.node.ray_started():
+            send_settled(me)
         message = me.comm.poll(0, CONTROL)
         if message is not None:
             me.log.step(f"Rank 0 ended the job with exit code {message[2]}")
             return message[2]
-        if me.node is not None and me.node.poll() is not None and not reported_death:
+        if me.node is not None and me.node.exited() and not reported_death:
             reported_death = True
-            output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
-            what = f"its Ray node exited with code {processes.exit_code(me.node.returncode)} (see {output})"
+            what = f"its Ray node exited with code {me.node.exit_code()} (see {me.node.output_path})"
             if me.stop.signum is None:
                 me.log.error(what)
                 me.comm.send(what, 0, EVENT)
@@ -397,7 +369,7 @@ def wait_for_end(me: Rank) -> int:
 def plan_host(me: Rank, job_id: str, gcs_port: int = 0):
     """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
     host_comm = me.host_comm
-    deadline = time.monotonic() + me.config.startup_timeout
+    deadline = Deadline.after(me.config.startup_timeout)
     if host_comm.rank == 0:
         views = [me.view] + [host_comm.receive(r, LOCAL, deadline, me.check) for r in range(1, host_comm.size)]
         if None in views:
@@ -434,6 +406,8 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
         me.port_block = network.free_block(job_id, len(views), reserved=gcs_port)
     except ConfigError as error:
         return [str(error)] * (len(views) + idle)
+    for note in me.port_block.notes:
+        me.log.step(f"Ports: {note}")
     base = me.port_block.base
     plans = []
     for index in range(len(views)):
@@ -450,15 +424,20 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     return plans + [(None, None)] * idle
 
 
-def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> None:
+def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> str:
+    """Prepare this rank's Ray node and start its `ray start` (held until released); returns its address."""
     config, session = me.config, me.session
-    me.temp_dir = make_temp_dir(config.temp_dir, session.job_id, me.rank)
-    token_path = str(_write_token(me)) if session.token else None
+    me.node = RayNode.prepare(
+        config.temp_dir, f"r{me.rank}",
+        output_path=ray_output_path(config.log_dir, session.job_id, me.rank),
+        kept_logs=ray_session_logs_path(config.log_dir, session.job_id, me.rank),
+        token=session.token,
+    )
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
-    me.node_spec = commands.NodeSpec(node_ip, str(me.temp_dir), share, ports, f"{me.host}-rank{me.rank}")
+    spec = commands.NodeSpec(node_ip, str(me.node.ray_dir), share, ports, f"{me.host}-rank{me.rank}")
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
-    argv = commands.head_command(ray, me.node_spec, dashboard=config.dashboard) if head else \
-        commands.worker_command(ray, me.node_spec, session.gcs_address)
+    argv = commands.head_command(ray, spec, dashboard=config.dashboard) if head else \
+        commands.worker_command(ray, spec, session.gcs_address)
     for note in share.notes:
         me.log.step(f"Resources: {note}")
     me.log.step(
@@ -466,112 +445,37 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
         f"memory {share.memory >> 20} MiB, object store {share.object_store >> 20} MiB"
     )
     me.log.step(f"Ports: block {ports.node_manager - 1}-{ports.max_worker}" + (f", GCS {ports.gcs}" if head else ""))
-    output = ray_output_path(config.log_dir, session.job_id, me.rank)
+    me.log.step(f"Private dir (0700, token and Ray's temp dir): {me.node.private.path}")
     me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
-    kept = ray_session_logs_path(config.log_dir, session.job_id, me.rank)
-    me.log.step(f"Ray output: {output}; Ray session logs: {me.temp_dir}/session_latest/logs (kept in {kept})")
-    env = commands.node_env(dict(os.environ), share.gpu_ids, token_path)
+    me.log.step(f"Ray output: {me.node.output_path}; Ray session logs kept in {me.node.kept_logs} at the end")
+    env = commands.node_env(dict(os.environ), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None)
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
-    with open(output, "ab") as out:
-        me.node_output = NodeOutput(output, out.tell())
-        # ray_node.py imports Ray's CLI now and runs `ray start` once released (release_node).
-        me.node = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
-    me.node_guard = processes.GroupGuard(me.node)
+    me.node.start(argv, env)
     if head and config.dashboard:
         me.log.step(
             f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "
             f"ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265"
         )
-
-
-def make_temp_dir(root: Path, job_id: str, rank: int) -> Path:
-    """A short, private temp dir for this job and rank: Ray's socket paths must fit 107 bytes."""
-    tag = secrets.token_hex(2)
-    path = root / f"mpiray-{os.getuid()}-{_short(job_id)}{tag}-r{rank}"
-    problem = commands.socket_path_problem(str(path))
-    if problem:
-        raise ConfigError(problem)
-    try:
-        path.mkdir(mode=0o700, parents=False)
-    except OSError as error:
-        raise ConfigError(
-            f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) at a "
-            f"writable node-local directory"
-        ) from None
-    return path
-
-
-def _short(job_id: str) -> str:
-    return hashlib.sha1(job_id.encode()).hexdigest()[:6]
-
-
-def _write_token(me: Rank) -> Path:
-    path = me.temp_dir / "auth_token"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(me.session.token)
-    except OSError as error:
-        raise ConfigError(f"cannot write the token file {path}: {error.strerror}") from None
-    return path
-
-
-def _token_path(me: Rank) -> str | None:
-    return str(me.temp_dir / "auth_token") if me.session and me.session.token and me.temp_dir else None
-
-
-def release_node(me: Rank) -> None:
-    """Let this rank's `ray start` go (see ray_node.py)."""
-    try:
-        me.node.stdin.write(b"go\n")
-        me.node.stdin.close()
-    except BrokenPipeError:
-        pass  # it already exited: the wait that follows reports why
+    return node_ip
 
 
 def wait_for_head(me: Rank) -> None:
     """Until rank 0 says the head registered (its `ray start` failing or rank 0 stopping the job end it too)."""
-    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
-    while me.comm.poll(0, HEAD_UP) is None:
-        _check_node_alive(me)
-        if time.monotonic() >= deadline:
-            raise StartupTimeout(f"rank 0 did not report its head up within --startup-timeout {me.config.startup_timeout:g} s")
+
+    def between() -> None:
+        me.node.check_running()
         me.check()
-        time.sleep(STARTUP_POLL)
+
+    if poll_until(lambda: me.comm.poll(0, HEAD_UP), Deadline.since(me.session.started, me.config.startup_timeout),
+                  STARTUP_POLL, between) is None:
+        raise StartupTimeout(f"rank 0 did not report its head up within --startup-timeout {me.config.startup_timeout:g} s")
 
 
 def wait_until_alive(me: Rank) -> NodeInfo:
-    """This rank's node as the GCS shows it once ALIVE: ray_node.py prints that line into the node's output."""
-    deadline = time.monotonic() + me.config.startup_timeout - (time.time() - me.session.started)
-    output = me.node_output
-    while True:
-        output.new_lines()
-        if output.alive is not None:
-            me.node_alive = True
-            return NodeInfo(**output.alive)
-        if output.watch_failed is not None:
-            raise LaunchError(f"the watch for this rank's Ray node failed: {output.watch_failed} (see {output.path})")
-        _check_node_alive(me)
-        if time.monotonic() >= deadline:
-            _dump_node_stacks(me)
-            raise StartupTimeout(
-                f"this rank's Ray node was not ALIVE at {me.session.gcs_address} within --startup-timeout "
-                f"{me.config.startup_timeout:g} s (`ray start` output: {_tail(output.path)}; its threads' "
-                f"stacks are at the end of {output.path})"
-            )
-        me.check()
-        time.sleep(STARTUP_POLL)
-
-
-def _dump_node_stacks(me: Rank) -> None:
-    """Ask ray_node.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
-    try:
-        os.kill(me.node.pid, signal.SIGUSR1)
-    except ProcessLookupError:
-        return
-    time.sleep(0.5)
+    deadline = Deadline.since(me.session.started, me.config.startup_timeout)
+    return me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
 
 
 def send_settled(me: Rank) -> None:
@@ -586,73 +490,43 @@ def wait_for_settled(me: Rank) -> None:
     the head's GCS went away in between, that `ray start` would hang and its node need SIGKILL.
     Usually every SETTLED message arrived while the driver ran.
     """
-    deadline = time.monotonic() + RAY_STOP_GRACE + 1
-    while me.node_ranks - me.settled_ranks and time.monotonic() < deadline:
+
+    def all_settled() -> bool:
         message = me.comm.poll(tag=SETTLED)
         if message is not None:
             me.settled_ranks.add(message[0])
-        else:
-            time.sleep(STARTUP_POLL)
-    if me.node_ranks - me.settled_ranks:
+        return not me.node_ranks - me.settled_ranks
+
+    if not poll_until(all_settled, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
         starting = sorted(me.node_ranks - me.settled_ranks)
         me.log.warning(f"stopping the head although ranks {starting} did not say their `ray start` is done")
 
 
-def let_ray_start_finish(me: Rank) -> None:
-    """Before stopping an ALIVE node, let its `ray start` finish starting (at most RAY_STOP_GRACE).
-
-    Its node is ALIVE ~0.3-0.9 s before `ray start` is done; signalled in between (a driver that ends
-    at once), it has no handler of its own yet, and its node's processes were seen to need SIGKILL.
-    """
-    deadline = time.monotonic() + RAY_STOP_GRACE
-    while me.node.poll() is None and time.monotonic() < deadline:
-        me.node_output.new_lines()
-        if me.node_output.ray_started:
-            return
-        time.sleep(STARTUP_POLL)
-
-
-def _check_node_alive(me: Rank) -> None:
-    if me.node.poll() is not None:
-        output = ray_output_path(me.config.log_dir, me.session.job_id, me.rank)
-        raise LaunchError(
-            f"`ray start` exited with code {processes.exit_code(me.node.returncode)} before its node "
-            f"joined: {_tail(output)} (full output: {output})"
-        )
-
-
 def finish(me: Rank, code: int) -> int:
-    """Stop the driver and this rank's Ray, keep the logs, meet the other ranks, return the code."""
+    """Stop the driver and this rank's Ray, keep the logs, meet the other ranks, return the code.
+
+    Every step runs whatever an earlier one did; a failed step is logged and never changes the code.
+    """
     config = me.config
-    if me.rank == 0:
-        me.comm.send_to_others(code, CONTROL)
-    if me.driver is not None and me.driver.poll() is None:
-        processes.stop_group(me.driver, config.stop_grace)
     # A healthy node stops in order in ~1 s; one that does not (GCS lost, or scancel already
     # signalled raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver.
     grace = min(config.stop_grace, RAY_STOP_GRACE if me.stop.signum is None else 2.0)
-    if me.node_alive and me.stop.signum is None:
-        let_ray_start_finish(me)
-        if me.rank != 0 and not me.settled:
-            send_settled(me)
-    if me.rank == 0 and me.stop.signum is None:
-        wait_for_settled(me)
-    report = processes.stop_descendants([me.node] if me.node else [], grace, keep=_guard_pids(me))
-    if me.node_guard is not None:
-        me.node_guard.release()
-    if me.port_block is not None:
-        me.port_block.release()
-    if report.pids:
-        me.log.step(
-            f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "
-            f"({report.killed} needed SIGKILL): pids {' '.join(map(str, report.pids))}"
-        )
-    if me.temp_dir is not None:
-        _keep_ray_logs(me)
-        shutil.rmtree(me.temp_dir, ignore_errors=True)
-    me.comm.flush(5)
-    if not me.comm.barrier(config.stop_grace + 30):
-        me.log.warning("not every rank reached the end (one may have died): exiting anyway")
+    steps = [
+        ("tell the other ranks", lambda: me.comm.send_to_others(code, CONTROL) if me.rank == 0 else None),
+        ("stop the driver", lambda: _stop_driver(me)),
+        ("let `ray start` finish starting", lambda: _settle(me)),
+        ("wait for the workers' `ray start`", lambda: wait_for_settled(me) if me.rank == 0 and me.stop.signum is None else None),
+        ("stop this rank's Ray node", lambda: _stop_node(me, grace)),
+        ("keep Ray's logs and remove the private dir", lambda: _close_node(me)),
+        ("release the host's port block", lambda: me.port_block.release() if me.port_block else None),
+        ("send the last messages", lambda: me.comm.flush(5)),
+        ("meet the other ranks", lambda: _meet(me)),
+    ]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as error:
+            me.log.error(f"teardown: could not {what}: {error!r} (continuing)")
     me.log.step(f"Exit code {code}")
     # Never learned the job id: under srun without PMI every task is "rank 0", so use the task rank.
     job_id = config.job_id or me.env.job_id or "unknown-job"
@@ -661,15 +535,42 @@ def finish(me: Rank, code: int) -> int:
     return code
 
 
-def _guard_pids(me: Rank) -> frozenset[int]:
-    return frozenset([me.node_guard.proc.pid]) if me.node_guard else frozenset()
+def _meet(me: Rank) -> None:
+    if not me.comm.barrier(me.config.stop_grace + 30):
+        me.log.warning("not every rank reached the end (one may have died): exiting anyway")
 
 
-def _keep_ray_logs(me: Rank) -> None:
-    sessions = sorted(p for p in me.temp_dir.glob("session_2*") if (p / "logs").is_dir())
-    if sessions and me.session:
-        target = ray_session_logs_path(me.config.log_dir, me.session.job_id, me.rank)
-        shutil.move(str(sessions[-1] / "logs"), str(target))
+def _stop_driver(me: Rank) -> None:
+    if me.driver is not None and me.driver.poll() is None:
+        if processes.stop_group(me.driver, me.config.stop_grace) is None:
+            me.log.error(f"the driver (pid {me.driver.pid}) did not end even after SIGKILL")
+
+
+def _settle(me: Rank) -> None:
+    if me.node is not None and me.node.alive and me.stop.signum is None:
+        me.node.settle(Deadline.after(RAY_STOP_GRACE))
+        if me.rank != 0 and not me.settled:
+            send_settled(me)
+
+
+def _stop_node(me: Rank, grace: float) -> None:
+    if me.node is None:
+        return
+    report = me.node.stop(grace)
+    if report.pids:
+        me.log.step(
+            f"Stopped {len(report.pids)} processes this rank started in {report.seconds:.1f} s "
+            f"({report.killed} needed SIGKILL): pids {' '.join(map(str, report.pids))}"
+        )
+
+
+def _close_node(me: Rank) -> None:
+    if me.node is None:
+        return
+    for problem in me.node.close():
+        me.log.error(f"teardown: {problem}")
+    if me.node.kept is not None:
+        me.log.step(f"Ray's session logs kept in {me.node.kept}")
 
 
 def _report(me: Rank, node: NodeInfo | None = None, error: str = "", exit_code: int = 0) -> Report:
@@ -708,15 +609,6 @@ def _log_context(me: Rank) -> None:
         f"mpiray on {me.host} (pid {os.getpid()}): rank {me.rank} of {me.comm.size}, {me.env.describe()}, "
         f"{library_version()}, Ray {version('ray')}, Python {platform.python_version()}"
     )
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no output)"
-    useful = [line.strip() for line in text if line.strip()][-lines:]
-    return " | ".join(useful) or "(no output)"
 
 
 def _print_summary(me: Rank, reports: list[Report]) -> None:

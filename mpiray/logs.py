@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import queue
+import stat
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 
 def job_log_dir(log_dir: Path, job_id: str) -> Path:
@@ -25,6 +30,28 @@ def ray_output_path(log_dir: Path, job_id: str, rank: int) -> Path:
 def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
     """Where Ray's own session logs of this rank are kept after teardown."""
     return job_log_dir(log_dir, job_id) / f"ray-rank-{rank:04d}"
+
+
+def open_append(path: Path, text: bool = False):
+    """path opened for appending (binary unbuffered, or text line-buffered), never through a symlink nor into a FIFO or device (a planted one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # O_NONBLOCK: opening a FIFO without a reader would block; it is cleared once the file is known regular.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return os.fdopen(fd, "a", buffering=1) if text else os.fdopen(fd, "ab", buffering=0)
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    """The last non-empty lines of a file, joined for a one-line message."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    useful = [line.strip() for line in text if line.strip()][-lines:]
+    return " | ".join(useful) or "(no output)"
 
 
 RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
@@ -72,9 +99,8 @@ class RankLog:
         self._pending: list[str] = []
 
     def open(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = open(path, "a", buffering=1)
+        self._file = open_append(path, text=True)
         for line in self._pending:
             self._file.write(line)
         self._pending.clear()
@@ -103,3 +129,72 @@ class RankLog:
         if self._file:
             self._file.close()
             self._file = None
+
+
+class Tee:
+    """Copies a child's stdout and stderr to ours and to a log file, line by line.
+
+    The child must never wait on the log: a log write that fails (disk quota) or stalls (a hung
+    filesystem) only costs the log its lines. A writer thread takes them from a bounded queue;
+    when it is full, lines are dropped from the log (and counted), never from the terminal.
+    """
+
+    QUEUE_LINES = 10_000
+
+    def __init__(self, log: BinaryIO | None, name: str, error: str | None = None):
+        self.name = name
+        self.dropped = 0
+        self.error = error
+        self._log = log
+        self._lines: queue.Queue[bytes | None] = queue.Queue(self.QUEUE_LINES)
+        self._pumps: list[threading.Thread] = []
+        self._writer = threading.Thread(target=self._write, name="tee-log", daemon=True)
+        self._writer.start()
+
+    @classmethod
+    def to_file(cls, path: Path) -> Tee:
+        try:
+            return cls(open_append(path), str(path))
+        except OSError as error:
+            return cls(None, str(path), f"cannot open {path}: {error}")
+
+    def pump(self, pipe: BinaryIO, target: BinaryIO) -> None:
+        thread = threading.Thread(target=self._pump, args=(pipe, target), name="tee-pump", daemon=True)
+        thread.start()
+        self._pumps.append(thread)
+
+    def _pump(self, pipe: BinaryIO, target: BinaryIO) -> None:
+        for line in iter(pipe.readline, b""):
+            try:
+                self._lines.put_nowait(line)
+            except queue.Full:
+                self.dropped += 1
+            try:
+                target.write(line)
+                target.flush()
+            except OSError:
+                pass  # our own stdout is gone (a closed terminal): keep draining the child's pipe
+        pipe.close()
+
+    def _write(self) -> None:
+        while (line := self._lines.get()) is not None:
+            if self._log is None:
+                continue
+            try:
+                self._log.write(line)
+            except OSError as error:
+                self.error = f"writing {self.name} failed: {error}"
+                self._log.close()
+                self._log = None
+
+    def close(self, timeout: float) -> None:
+        """After the child ended: let the pumps finish, then the writer (each at most timeout s)."""
+        for thread in self._pumps:
+            thread.join(timeout)
+        try:
+            self._lines.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._writer.join(timeout)
+        if self._log is not None and not self._writer.is_alive():
+            self._log.close()

@@ -7,10 +7,11 @@ sleeps between polls.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from mpi4py import MPI
+
+from mpiray.deadline import Deadline, poll_until
 
 # Message tags of the launcher's protocol (see lifecycle.py).
 SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
@@ -50,39 +51,24 @@ class Comm:
         obj = self.comm.recv(source=status.Get_source(), tag=status.Get_tag())
         return status.Get_source(), status.Get_tag(), obj
 
-    def receive(
-        self,
-        source: int,
-        tag: int,
-        deadline: float,
-        between_polls: Callable[[], None] = lambda: None,
-    ) -> Any | None:
-        """The next message from source with tag, or None at the deadline (time.monotonic)."""
-        while True:
-            message = self.poll(source, tag)
-            if message is not None:
-                return message[2]
-            if time.monotonic() >= deadline:
-                return None
-            between_polls()
-            time.sleep(self.poll_interval)
+    def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = lambda: None) -> Any | None:
+        """The next message from source with tag, or None at the deadline."""
+        message = poll_until(lambda: self.poll(source, tag), deadline, self.poll_interval, between_polls)
+        return None if message is None else message[2]
 
     def barrier(self, timeout: float) -> bool:
         """True when every rank arrived within timeout seconds."""
         request = self.comm.Ibarrier()
-        deadline = time.monotonic() + timeout
-        while not request.Test():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(self.poll_interval)
-        return True
+        return bool(poll_until(request.Test, Deadline.after(timeout), self.poll_interval))
 
     def flush(self, timeout: float) -> None:
-        """Wait (polling) until every message this rank sent has left."""
-        deadline = time.monotonic() + timeout
-        while self._pending and time.monotonic() < deadline:
+        """Wait (polling) until every message this rank sent has left, or the timeout."""
+
+        def sent() -> bool:
             self._pending = [req for req in self._pending if not req.Test()]
-            time.sleep(self.poll_interval / 5)
+            return not self._pending
+
+        poll_until(sent, Deadline.after(timeout), self.poll_interval / 5)
 
     def split_by_host(self) -> Comm:
         """The ranks sharing this host (MPI shared-memory domain), as a Comm of their own."""

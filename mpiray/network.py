@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass, field
 

@@ -7,8 +7,9 @@ keep that set complete:
 - PR_SET_PDEATHSIG on each child: if the rank itself is SIGKILLed (e.g. by mpirun after another
   rank failed), `ray start --block` dies too and Ray's own fate-sharing takes its children down.
 Ray's agents are the exception: raylet starts them without fate-sharing, and one that is still
-starting when raylet dies hangs for a minute or more. So a GroupGuard, a small process outside the
-rank's tree of signals, SIGKILLs the node's process group if the rank dies without releasing it.
+starting when raylet dies hangs for a minute or more. So a Guard (guard.py), a small process outside
+the rank's tree of signals, SIGKILLs the node's process group if the rank dies without releasing it,
+and removes the rank's private dir.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 import psutil
+
+from mpiray import guard
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -59,41 +63,45 @@ def start(
     )
 
 
-# Waits for a line on stdin: "done" means the rank stopped the group itself; end of file means the
-# rank died (every copy of the pipe's write end is gone), so the group is killed. While any of the
-# group's processes lives, the kernel does not reuse its id.
-_GUARD = """# mpiray: SIGKILL this process group if its launcher rank dies
-import os, signal, sys
-if sys.stdin.readline().strip() != "done":
-    try:
-        os.killpg(int(sys.argv[1]), signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-"""
+GUARD_SCRIPT = str(Path(__file__).with_name("guard.py"))
 
 
-class GroupGuard:
-    """SIGKILLs the process group of leader if this process dies before release()."""
+class Guard:
+    """Runs guard.py: if this rank dies before release(), the node's process group is SIGKILLed and
+    the rank's private dir removed (after keeping Ray's logs)."""
 
-    def __init__(self, leader: subprocess.Popen):
-        # Its own session (mpirun and srun signal the rank's), no PDEATHSIG: it must outlive the rank.
+    def __init__(self, private_dir: Path, kept_logs: Path):
+        # Its own session, no PDEATHSIG: it must outlive the rank. Its output goes nowhere: a
+        # process still writing to srun's pipes would hold the job step open.
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _GUARD, str(leader.pid)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+            [sys.executable, "-I", "-S", GUARD_SCRIPT, str(private_dir), str(kept_logs)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
+    def watch_group(self, leader: subprocess.Popen) -> None:
+        """The group to kill if the rank dies: leader's, named with its start time (ids are recycled)."""
+        self._say(f"group {leader.pid} {guard.start_time(leader.pid)}")
+
     def release(self, timeout: float = 5.0) -> None:
-        """This rank stopped the group itself: the guard exits without killing anything."""
+        """This rank tidied up itself: the guard exits without touching anything."""
+        self._say("done")
         try:
-            self.proc.stdin.write(b"done\n")
             self.proc.stdin.close()
-        except BrokenPipeError:
+        except OSError:
             pass
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            self.proc.wait(timeout)
+
+    def _say(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(f"{line}\n".encode())
+            self.proc.stdin.flush()
+        except OSError:  # it died: nothing to tell it any more
+            pass
 
 
 def signal_group(proc: subprocess.Popen, signum: int) -> None:
@@ -103,15 +111,19 @@ def signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def stop_group(proc: subprocess.Popen, grace: float) -> int:
-    """SIGTERM the child's process group, wait up to grace, then SIGKILL. Returns its exit status."""
+def stop_group(proc: subprocess.Popen, grace: float, killed_within: float = 10.0) -> int | None:
+    """SIGTERM the child's process group, wait up to grace, then SIGKILL. Returns its exit status
+    (None if even SIGKILL did not end it within killed_within s: stuck in the kernel, e.g. on NFS)."""
     if proc.poll() is None:
         signal_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             signal_group(proc, signal.SIGKILL)
-    return proc.wait()
+    try:
+        return proc.wait(timeout=killed_within)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def exit_code(returncode: int) -> int:

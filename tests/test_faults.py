@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -71,10 +69,10 @@ def test_worker_rank_killed_during_startup(tmp_path):
     while alive_pids(run_pids) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not alive_pids(run_pids)
-    # Killed ranks cannot remove their temp dirs (with the dead cluster's token): this test does.
-    job_hash = hashlib.sha1(job_dir.name.encode()).hexdigest()[:6]
-    for stale in Path("/tmp").glob(f"mpiray-{os.getuid()}-{job_hash}*"):
-        shutil.rmtree(stale)
+    # The killed rank could not remove its private dir (with the cluster's token): its guard did.
+    dirs = [d for r in (0, 1) for d in re.findall(r"Private dir \(0700, token and Ray's temp dir\): (\S+)",
+                                                    (job_dir / f"rank-{r:04d}.log").read_text())]
+    assert len(dirs) == 2 and not [d for d in dirs if os.path.exists(d)]
 
 
 def test_head_gcs_killed_while_the_driver_runs(tmp_path):

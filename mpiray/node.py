@@ -1,0 +1,224 @@
+"""One Ray node's whole life on a rank: private dir, token, `ray start`, watch, stop, kept logs.
+
+The safety rules of a shared node live here:
+- The rank owns a private dir (0700, made with mkdir, so nothing planted before can be reused);
+  Ray gets its child `ray/`. Ray chmods the dir it is given (and its session, sockets and logs
+  dirs) to 0777: harmless below a 0700 parent, which no other user can enter. The token lives
+  beside `ray/`, not in it.
+- A guard process (guard.py) removes that dir, and kills the node's process group, if the rank dies.
+- Ray's logs are kept beside the rank's own log with no group/other write bits, under a new name
+  if a run with the same job id kept some there before.
+- Files the rank writes in the log dir are opened without following symlinks (logs.open_append).
+
+The other end of the protocol with `ray start` is ray_node.py: it waits for release(), then
+prints the node's GCS record once ALIVE into the node's output, which wait_alive() reads.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import stat
+import string
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mpiray import commands, processes
+from mpiray.deadline import Deadline, poll_until
+from mpiray.errors import ConfigError, LaunchError, StartupTimeout
+from mpiray.gcs import NodeInfo
+from mpiray.guard import keep_ray_logs
+from mpiray.logs import NodeOutput, open_append, tail
+
+STARTUP_POLL = 0.02  # seconds between reads of the node's output while it starts: on the critical path
+STACK_DUMP_WAIT = 0.5
+
+
+@dataclass(frozen=True)
+class PrivateDir:
+    """A directory only this user can enter: the token, and the temp dir handed to Ray, below it."""
+
+    path: Path
+
+    @property
+    def ray_dir(self) -> Path:
+        return self.path / "ray"
+
+    @property
+    def token_path(self) -> Path:
+        return self.path / "auth_token"
+
+    @classmethod
+    def create(cls, root: Path, label: str) -> PrivateDir:
+        """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
+        problem = commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
+        if problem:
+            raise ConfigError(problem)
+        for _ in range(100):
+            # 36**6 names: no one can plant them all. Short, as the socket paths below must stay short.
+            tag = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+            path = root / f"mpiray-{os.getuid()}-{label}-{tag}"
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:  # someone's (maybe planted) entry: never reuse it, take another name
+                continue
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) "
+                    f"at a writable node-local directory"
+                ) from None
+            private = cls(path)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+                raise ConfigError(f"the temp dir {path} is not a private directory of this user")
+            private.ray_dir.mkdir(mode=0o700)
+            return private
+        raise ConfigError(f"cannot find a free name for a temp dir in {root}")
+
+    def write_token(self, token: str) -> Path:
+        try:
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(token)
+        except OSError as error:
+            raise ConfigError(f"cannot write the token file {self.token_path}: {error.strerror}") from None
+        return self.token_path
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path)  # fd-based on Linux: a symlink inside is removed, never followed
+
+
+class RayNode:
+    """This rank's Ray node: prepare() -> start() -> release() -> wait_alive() -> ... -> stop() -> close()."""
+
+    def __init__(self, private: PrivateDir, guard: processes.Guard, output_path: Path, kept_logs: Path):
+        self.private = private
+        self.guard = guard
+        self.output_path = output_path
+        self.kept_logs = kept_logs
+        self.token_path: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.output: NodeOutput | None = None
+        self.alive = False  # seen ALIVE in the GCS
+        self.kept: Path | None = None  # where close() kept Ray's logs
+
+    @classmethod
+    def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
+        """The private dir (with the token) and its guard, before anything of Ray's runs."""
+        private = PrivateDir.create(temp_root, label)
+        try:
+            node = cls(private, processes.Guard(private.path, kept_logs), output_path, kept_logs)
+        except BaseException:
+            shutil.rmtree(private.path, ignore_errors=True)
+            raise
+        if token:
+            node.token_path = private.write_token(token)
+        return node
+
+    @property
+    def ray_dir(self) -> Path:
+        return self.private.ray_dir
+
+    def start(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        """Run ray_node.py, which imports Ray's CLI now and runs `ray start` once released."""
+        with open_append(self.output_path) as out:
+            self.output = NodeOutput(self.output_path, out.tell())
+            self.proc = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+        self.guard.watch_group(self.proc)
+
+    def release(self) -> None:
+        """Let `ray start` go (see ray_node.py)."""
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it already exited: the wait that follows reports why
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def exit_code(self) -> int:
+        return processes.exit_code(self.proc.returncode)
+
+    def check_running(self) -> None:
+        if self.exited():
+            raise LaunchError(
+                f"`ray start` exited with code {self.exit_code()} before its node joined: "
+                f"{tail(self.output_path)} (full output: {self.output_path})"
+            )
+
+    def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
+        """This node as the GCS shows it once ALIVE: ray_node.py prints that line into the node's output."""
+
+        def alive():
+            self.output.new_lines()
+            if self.output.watch_failed is not None:
+                raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} (see {self.output_path})")
+            self.check_running()
+            return self.output.alive
+
+        record = poll_until(alive, deadline, STARTUP_POLL, between)
+        if record is None:
+            self._dump_stacks()
+            raise StartupTimeout(
+                f"this rank's Ray node was not ALIVE at {gcs_address} within --startup-timeout {timeout:g} s "
+                f"(`ray start` output: {tail(self.output_path)}; its threads' stacks are at the end of {self.output_path})"
+            )
+        self.alive = True
+        return NodeInfo(**record)
+
+    def _dump_stacks(self) -> None:
+        """Ask ray_node.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
+        try:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return
+        time.sleep(STACK_DUMP_WAIT)
+
+    def ray_started(self) -> bool:
+        """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
+        self.output.new_lines()
+        return self.output.ray_started or self.exited()
+
+    def settle(self, deadline: Deadline) -> None:
+        """Before stopping an ALIVE node, let its `ray start` finish starting (until the deadline).
+
+        The node is ALIVE ~0.3-0.9 s before `ray start` is done; signalled in between (a driver that
+        ends at once), it has no handler of its own yet, and its processes were seen to need SIGKILL.
+        """
+        poll_until(self.ray_started, deadline, STARTUP_POLL)
+
+    def pids(self) -> list[int]:
+        return processes.descendant_pids(frozenset([self.guard.proc.pid]))
+
+    def stop(self, grace: float) -> processes.StopReport:
+        """Stop `ray start` (an orderly stop in ~1 s), then whatever this rank still runs but its guard."""
+        return processes.stop_descendants([self.proc] if self.proc else [], grace, keep=frozenset([self.guard.proc.pid]))
+
+    def close(self) -> list[str]:
+        """Keep Ray's logs, remove the private dir, let the guard go; each step runs whatever the others did.
+
+        Returns what failed, for the rank's log; self.kept is where Ray's logs went (None: nowhere).
+        """
+        problems = []
+        try:
+            self.kept = keep_ray_logs(self.ray_dir, self.kept_logs)
+        except Exception as error:
+            problems.append(f"could not keep Ray's logs in {self.kept_logs}: {error!r}")
+        try:
+            self.private.remove()
+        except FileNotFoundError:
+            pass
+        except Exception as error:
+            problems.append(f"could not remove {self.private.path}: {error!r}")
+        try:
+            self.guard.release()
+        except Exception as error:
+            problems.append(f"could not release the guard (pid {self.guard.proc.pid}): {error!r}")
+        return problems
+
