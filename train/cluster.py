@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import secrets
+import tempfile
+from pathlib import Path
 from typing import Iterator, Mapping, MutableMapping, Optional
+
+from mpiray.node import PrivateDir
 
 class ResourceError(ValueError):
     """The run asks for more CPUs/GPUs than the cluster has."""
@@ -26,16 +32,39 @@ def ray_cluster(environ: MutableMapping[str, str], num_cpus: Optional[int] = Non
     import ray
 
     address = environ.get("RAY_ADDRESS") or None
-    if address is None:
-        # Without this a standalone Ray writes a token to ~/.ray/auth_token.
-        environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
-    else:
+    if address is not None:
         ray.init(address=address, log_to_driver=True)
+        try:
+            yield describe_cluster(environ, address)
+        finally:
+            ray.shutdown()
+        return
+    with private_local_ray(environ) as temp_dir:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, _temp_dir=str(temp_dir))
+        try:
+            yield describe_cluster(environ, None)
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def private_local_ray(environ: MutableMapping[str, str]) -> Iterator[Path]:
+    """A local Ray as safe as the launcher's: token auth with a fresh token, a temp dir only this
+    user can enter (not the shared /tmp/ray), nothing written to ~/.ray. Yields Ray's temp dir."""
+    private = PrivateDir.create(Path(environ.get("TMPDIR") or tempfile.gettempdir()), f"train{os.getpid()}")
     try:
-        yield describe_cluster(environ, address)
+        environ["RAY_AUTH_MODE"] = "token"
+        environ["RAY_AUTH_TOKEN_PATH"] = str(private.write_token(secrets.token_hex(32)))
+        environ.pop("RAY_AUTH_TOKEN", None)  # the file is the only source
+        if environ is os.environ:
+            # Ray's C++ config read RAY_AUTH_MODE when ray was imported: have it read it again (as
+            # Ray's own _enable_token_auth does), or this process would call its own GCS without the token.
+            from ray._raylet import Config
+
+            Config.initialize("")
+        yield private.ray_dir
     finally:
-        ray.shutdown()
+        private.remove()
 
 
 def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> ClusterInfo:

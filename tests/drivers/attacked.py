@@ -1,0 +1,41 @@
+"""A driver that lets a hostile neighbour (another uid) attack every rank's private dir, then uses the cluster.
+
+    attacked.py SECRET_FILE
+
+The rank logs name each rank's private dir. The attack runs as uid 65534 (setpriv); then a task runs
+on every node, so a replaced token or socket would show. Prints `ATTACK {json}` and `AFTER {json}`.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ray
+
+job_dir = Path(os.environ["MPIRAY_LOG_DIR"]) / os.environ["MPIRAY_JOB_ID"]
+dirs = []
+for log in sorted(job_dir.glob("rank-*[0-9].log")):
+    dirs += re.findall(r"Private dir \(0700, token and Ray's temp dir\): (\S+)", log.read_text())
+attacker = Path(__file__).with_name("attacker.py").read_text()
+result = subprocess.run(
+    ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c", attacker,
+     sys.argv[1], *dirs],
+    capture_output=True, text=True, timeout=60,
+)
+print("ATTACK " + (result.stdout.strip() or json.dumps({"error": result.stderr})), flush=True)
+
+ray.init()
+
+
+@ray.remote(num_cpus=0)
+def where():
+    return ray.get_runtime_context().get_node_id()
+
+
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+seen = ray.get([where.options(scheduling_strategy=strategy(node, soft=False)).remote() for node in nodes], timeout=60)
+print("AFTER " + json.dumps({"dirs": dirs, "nodes": len(nodes), "tasks_ran_on": len(set(seen))}), flush=True)

@@ -1,0 +1,200 @@
+"""A hostile neighbour on a shared node (a real second uid) can neither break nor read a job, and a
+job's end never fails or hangs: re-used job ids, planted or stalled log files, killed ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id
+from mpiray.logs import Tee
+
+NOBODY = 65534
+as_another_user = pytest.mark.skipif(
+    os.getuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
+    reason="attacks run as uid 65534 through setpriv: needs root, util-linux and /usr/bin/python3",
+)
+PRIVATE_DIR = re.compile(r"Private dir \(0700, token and Ray's temp dir\): (\S+)")
+
+
+def private_dirs(job_dir: Path) -> list[str]:
+    return [d for log in job_dir.glob("rank-*[0-9].log") for d in PRIVATE_DIR.findall(log.read_text())]
+
+
+def line(stdout: str, tag: str) -> dict:
+    found = [text for text in stdout.splitlines() if text.startswith(tag + " ")]
+    assert found, f"no {tag} line in:\n{stdout}"
+    return json.loads(found[-1][len(tag) + 1:])
+
+
+def assert_no_world_writable(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            assert not path.lstat().st_mode & 0o002, f"{path} is world-writable"
+
+
+@pytest.fixture
+def secret(tmp_path):
+    """A file only its owner may read: what a planted log symlink would ship to the driver."""
+    path = tmp_path / "id_rsa"
+    path.write_text("SECRET-KEY-MATERIAL\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.slow
+@as_another_user
+def test_another_user_can_neither_read_nor_change_a_running_jobs_files(tmp_path, secret):
+    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/attacked.py"), str(secret)],
+                 tag="attacked")
+    assert run.returncode == 0, run.stderr
+    attack = line(run.stdout, "ATTACK")
+    assert attack.get("uid") == NOBODY, attack
+    results = attack["results"]
+    assert len(results) == 2 * 10  # every attack on both ranks' private dirs
+    assert set(results.values()) == {"blocked"}, {k: v for k, v in results.items() if v != "blocked"}
+    # Token and sockets untouched: a task ran on every node after the attack.
+    after = line(run.stdout, "AFTER")
+    assert after["nodes"] == 2 and after["tasks_ran_on"] == 2
+    assert "SECRET-KEY-MATERIAL" not in run.stdout + run.stderr + (run.job_dir / "driver.log").read_text()
+    # Kept logs carry no world-writable entry; the private dirs (with the token) are gone.
+    kept = sorted(run.job_dir.glob("ray-rank-*"))
+    assert len(kept) == 2
+    for path in kept:
+        assert_no_world_writable(path)
+    assert after["dirs"] and not any(os.path.exists(d) for d in after["dirs"])
+    assert_nothing_left(run)
+
+
+@pytest.mark.slow
+def test_a_reused_job_id_keeps_every_runs_logs_and_succeeds(tmp_path):
+    job_id = new_job_id("again")
+    job_dir = tmp_path / "logs" / job_id
+    for run_number in (1, 2, 3):
+        argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id],
+                             [sys.executable, "-c", f"print('run {run_number}')"])
+        result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stderr
+        assert "teardown" not in result.stderr
+    assert sorted(p.name for p in job_dir.glob("ray-rank-0000*")) == ["ray-rank-0000", "ray-rank-0000.2", "ray-rank-0000.3"]
+    assert (job_dir / "driver.log").read_text().splitlines() == ["run 1", "run 2", "run 3"]
+    assert (job_dir / "rank-0001.log").read_text().count("Exit code 0") == 3
+    assert not any(os.path.exists(d) for d in private_dirs(job_dir))
+
+
+@pytest.mark.slow
+def test_a_planted_driver_log_neither_hangs_the_job_nor_changes_its_exit_code(tmp_path):
+    job_id = new_job_id("fifo")
+    job_dir = tmp_path / "logs" / job_id
+    job_dir.mkdir(parents=True)
+    os.mkfifo(job_dir / "driver.log")  # opened for writing, a FIFO without a reader would block forever
+    run = launch(tmp_path, 2, args=["--job-id", job_id],
+                 driver=[sys.executable, "-c", "print('still here'); raise SystemExit(3)"], tag="fifo")
+    assert run.returncode == 3, run.stderr
+    assert "still here" in run.stdout
+    rank0 = (job_dir / "rank-0000.log").read_text()
+    assert "driver.log is incomplete (cannot open" in rank0
+    assert not any(os.path.exists(d) for d in private_dirs(job_dir))
+
+
+def test_a_stalled_log_write_never_blocks_the_driver(tmp_path):
+    # The log is a pipe nobody reads: its writes block once 64 KiB are in it, as on a hung filesystem.
+    read_end, write_end = os.pipe()
+    tee = Tee(os.fdopen(write_end, "wb", buffering=0), "a stalled log")
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nfor i in range(50000): print('x' * 40, i)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(tmp_path / "terminal", "wb") as terminal:
+        tee.pump(child.stdout, terminal)
+        tee.pump(child.stderr, terminal)
+        assert child.wait(timeout=30) == 0  # the child never waited on the log
+        started = time.monotonic()
+        tee.close(timeout=1)
+        assert time.monotonic() - started < 5
+    assert (tmp_path / "terminal").read_text().count("\n") == 50000  # the terminal got every line
+    assert tee.dropped > 0
+    os.close(read_end)
+
+
+@pytest.mark.slow
+def test_killed_ranks_leave_no_private_dir(tmp_path):
+    """SIGKILL of mpirun: no rank can tidy up; each rank's guard removes its dir (and the token)."""
+    job_id = new_job_id("killed")
+    job_dir = tmp_path / "logs" / job_id
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id],
+                         [sys.executable, "-c", "import time; time.sleep(120)"])
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (job_dir / "driver.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        dirs = private_dirs(job_dir)
+        assert len(dirs) == 2 and all(os.path.isdir(d) for d in dirs)
+        ranks = [int(pid) for pid in re.findall(r"\(pid (\d+)\): rank \d of 2", "".join(
+            (job_dir / f"rank-{r:04d}.log").read_text() for r in (0, 1)))]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        for pid in ranks:  # mpirun's death reaches its ranks through hydra's proxy; make sure it did
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(d) for d in dirs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [d for d in dirs if os.path.exists(d)]
+        assert any(job_dir.glob("ray-rank-*"))  # the guard kept Ray's logs
+        logged = Launch(0, "", "", job_dir, 0).stopped_pids()
+        deadline = time.monotonic() + 30
+        while alive_pids(logged) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not alive_pids(logged)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.train
+@as_another_user
+def test_the_standalone_trainers_ray_needs_its_token_and_keeps_its_dir_private(tmp_path, secret):
+    home = tmp_path / "home"
+    home.mkdir()
+    script = f"""
+import json, os, subprocess, sys
+from pathlib import Path
+import ray
+from train.cluster import ray_cluster
+with ray_cluster(os.environ, num_cpus=1):
+    private = str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).parent)
+    attacker = Path({str(ROOT / "tests/drivers/attacker.py")!r}).read_text()
+    attack = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                             "-I", "-c", attacker, {str(secret)!r}, private], capture_output=True, text=True, timeout=60)
+    env = {{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}}
+    env["RAY_AUTH_MODE"] = "disabled"
+    client = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r); print('CONNECTED')"
+                             % ray.get_runtime_context().gcs_address], env=env, capture_output=True, text=True,
+                            timeout=60)
+    print("REPORT " + json.dumps({{"private": private, "attack": json.loads(attack.stdout),
+                                  "connected": "CONNECTED" in client.stdout,
+                                  "auth_mode": os.environ["RAY_AUTH_MODE"]}}), flush=True)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MPIRAY_"))}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "HOME": str(home)},
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = line(result.stdout, "REPORT")
+    assert report["auth_mode"] == "token"
+    assert report["connected"] is False  # a client without the token is refused
+    assert set(report["attack"]["results"].values()) == {"blocked"}, report["attack"]
+    assert not os.path.exists(report["private"])  # removed at the end
+    assert not (home / ".ray").exists()  # no token written to ~/.ray/auth_token
