@@ -62,11 +62,10 @@ def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool) -> list
     argv = [*ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
     # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
     argv.append("--no-monitor")
-    if dashboard:
-        argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                 f"--dashboard-port={spec.ports.dashboard}"]
-    else:
-        argv.append("--include-dashboard=false")
+    # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
+    # by every job on the host.
+    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", "--dashboard-host=127.0.0.1",
+             f"--dashboard-port={spec.ports.dashboard}"]
     return argv
 
 

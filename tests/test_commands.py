@@ -27,11 +27,12 @@ def test_head_command():
     assert not any("redis" in a for a in argv)
 
 
-def test_dashboard_binds_to_loopback():
-    argv = head_command(["ray"], SPEC, dashboard=True)
-    assert "--include-dashboard=true" in argv
+@pytest.mark.parametrize("dashboard", [True, False])
+def test_dashboard_binds_to_loopback_and_a_port_of_the_block_even_when_off(dashboard):
+    argv = head_command(["ray"], SPEC, dashboard=dashboard)
+    assert f"--include-dashboard={str(dashboard).lower()}" in argv
     assert "--dashboard-host=127.0.0.1" in argv
-    assert f"--dashboard-port={PORTS.dashboard}" in argv
+    assert f"--dashboard-port={PORTS.dashboard}" in argv and "8265" not in " ".join(argv)
 
 
 def test_worker_command_joins_the_head_and_has_no_head_only_flags():
