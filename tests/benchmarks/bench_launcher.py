@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import platform
@@ -352,6 +351,10 @@ class JobLogs:
             logs.steps[rank] = entries
         return logs
 
+    def private_dirs(self) -> list[str]:
+        return [m.group(1) for entries in self.steps.values() for _, text in entries
+                if (m := re.search(r"Private dir \(0700, token and Ray's temp dir\): (\S+)", text))]
+
     def first(self, rank: int, pattern: str) -> tuple[float, re.Match] | None:
         for when, text in self.steps.get(rank, []):
             match = re.search(pattern, text)
@@ -385,14 +388,10 @@ class JobLogs:
         return int(found[1].group(1)) if found else None
 
 
-def temp_dir_marker(job_id: str) -> str:
-    # As mpiray.lifecycle.make_temp_dir names a rank's Ray temp dir (its Ray processes carry it).
-    return f"mpiray-{os.getuid()}-{hashlib.sha1(job_id.encode()).hexdigest()[:6]}"
-
-
-def job_processes(job_id: str, since_wall: float) -> list[psutil.Process]:
-    """Live processes started since since_wall whose command line or environment names the job."""
-    markers = (job_id, temp_dir_marker(job_id))
+def job_processes(job_id: str, logs: JobLogs, since_wall: float) -> list[psutil.Process]:
+    """Live processes started since since_wall whose command line or environment names the job or
+    one of its ranks' private dirs (Ray's processes carry their temp dir)."""
+    markers = (job_id, *logs.private_dirs())
     found = []
     for proc in psutil.process_iter(["create_time"]):
         try:
@@ -409,7 +408,7 @@ def job_processes(job_id: str, since_wall: float) -> list[psutil.Process]:
 def leftovers(job_id: str, logs: JobLogs, before: set[int], since_wall: float) -> list[psutil.Process]:
     """Processes of the job still alive after it exited (none is the target)."""
     left = {p.pid: p for p in new_descendants(before)}
-    left.update((p.pid, p) for p in job_processes(job_id, since_wall))
+    left.update((p.pid, p) for p in job_processes(job_id, logs, since_wall))
     for pid in logs.stopped_pids() + list(logs.rank_pids().values()):
         try:
             proc = psutil.Process(pid)
