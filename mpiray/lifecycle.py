@@ -338,7 +338,7 @@ def follow(me: Rank) -> int:
 def wait_for_end(me: Rank) -> int:
     """Idle (sleeping between polls) until rank 0 sends the exit code."""
     reported_death = False
-    signalled_at = None
+    give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
     while True:
         me.comm.poll(0, HEAD_UP)  # an idle rank has no node to let go: drop it
         if me.node is not None and me.node.alive and not me.settled and me.node.ray_started():
@@ -357,8 +357,8 @@ def wait_for_end(me: Rank) -> int:
                 me.log.step(what)
         if me.stop.signum is not None:
             # Rank 0 got the same signal and is giving the driver its grace period: wait for it.
-            signalled_at = signalled_at or time.monotonic()
-            if time.monotonic() - signalled_at > me.config.stop_grace + 10:
+            give_up = give_up or Deadline.after(me.config.stop_grace + 10)
+            if give_up.expired():
                 raise Interrupted(me.stop.signum)
         time.sleep(DRIVER_POLL)
 

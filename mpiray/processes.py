@@ -27,7 +27,9 @@ from typing import IO, Mapping, Sequence
 import psutil
 
 from mpiray import guard
+from mpiray.deadline import Deadline, poll_until
 
+KILL_WAIT = 10.0  # the most teardown waits for SIGKILLed processes to be gone
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -111,7 +113,7 @@ def signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def stop_group(proc: subprocess.Popen, grace: float, killed_within: float = 10.0) -> int | None:
+def stop_group(proc: subprocess.Popen, grace: float, killed_within: float = KILL_WAIT) -> int | None:
     """SIGTERM the child's process group, wait up to grace, then SIGKILL. Returns its exit status
     (None if even SIGKILL did not end it within killed_within s: stuck in the kernel, e.g. on NFS)."""
     if proc.poll() is None:
@@ -190,14 +192,13 @@ def stop_descendants(
     Call only once no child's exit status is still needed (it reaps whatever has exited).
     """
     started = time.monotonic()
-    deadline = started + grace
+    deadline = Deadline.after(grace)
     seen = {proc.pid for proc in _alive(_descendants(keep))}
     signalled = {proc.pid for proc in roots if proc.poll() is None}
     for proc in roots:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    while any(proc.poll() is None for proc in roots) and time.monotonic() < deadline:
-        time.sleep(poll)
+    poll_until(lambda: all(proc.poll() is not None for proc in roots), deadline, poll)
     # Whatever is left (orphans, stragglers): SIGTERM, then SIGKILL at the deadline.
     while True:
         _reap_zombies()
@@ -206,17 +207,18 @@ def stop_descendants(
         _send(new, signal.SIGTERM)
         signalled.update(proc.pid for proc in new)
         seen.update(proc.pid for proc in new)
-        if not alive or time.monotonic() >= max(deadline, started + min(grace, 1.0)):
+        if not alive or deadline.expired():
             break
         time.sleep(poll)
     killed = 0
-    for _ in range(100):  # processes started while we kill are killed too
+    killing = Deadline.after(KILL_WAIT)  # a process stuck in the kernel (D state) may never go: move on
+    while not killing.expired():  # processes started while we kill are killed too
         alive = _alive(_descendants(keep))
         if not alive:
             break
         killed += len(alive)
         seen.update(proc.pid for proc in alive)
         _send(alive, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=1)
+        psutil.wait_procs(alive, timeout=min(1.0, killing.remaining()))
         _reap_zombies()
     return StopReport(tuple(sorted(seen)), killed, time.monotonic() - started)

@@ -39,7 +39,8 @@ if __name__ == "__main__":
     # Not this file's directory (its modules would shadow top-level names) but the one holding mpiray.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from mpiray.gcs import Gcs  # noqa: E402  (after the path is set)
+from mpiray.deadline import Deadline  # noqa: E402  (after the path is set)
+from mpiray.gcs import Gcs  # noqa: E402
 from mpiray.logs import ALIVE, WATCH_FAILED  # noqa: E402
 
 WATCH_INTERVAL = 0.1
@@ -59,13 +60,13 @@ def option(args: list[str], name: str) -> str | None:
 def set_session_nice(nice: int, seconds: float) -> bool:
     """This session's autogroup nice. Anyone may raise it and set it back to 0 (only a negative value
     needs privileges), but without CAP_SYS_ADMIN only once per 100 ms on the whole host: retry."""
-    deadline = time.monotonic() + seconds
+    deadline = Deadline.after(seconds)
     while True:
         try:
             AUTOGROUP.write_text(f"{nice}\n")
             return True
         except BlockingIOError:  # EAGAIN: another session changed its nice less than 100 ms ago
-            if time.monotonic() >= deadline:
+            if deadline.expired():
                 return False
             time.sleep(0.02)
         except OSError:  # no autogroup support, or not allowed here
