@@ -198,3 +198,17 @@ with ray_cluster(os.environ, num_cpus=1):
     assert set(report["attack"]["results"].values()) == {"blocked"}, report["attack"]
     assert not os.path.exists(report["private"])  # removed at the end
     assert not (home / ".ray").exists()  # no token written to ~/.ray/auth_token
+
+
+def test_a_full_disk_under_the_log_costs_log_lines_only(tmp_path):
+    # /dev/full fails every write with ENOSPC, as a full disk or an exceeded quota does.
+    tee = Tee(open("/dev/full", "wb", buffering=0), "/dev/full")
+    child = subprocess.Popen([sys.executable, "-c", "for i in range(1000): print('line', i)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(tmp_path / "terminal", "wb") as terminal:
+        tee.pump(child.stdout, terminal)
+        tee.pump(child.stderr, terminal)
+        assert child.wait(timeout=30) == 0
+        tee.close(timeout=5)
+    assert (tmp_path / "terminal").read_text().count("\n") == 1000
+    assert "No space left on device" in tee.error
