@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import version
 
-from mpiray import commands, network, processes, resources, scheduler
+from mpiray import commands, mpi, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
@@ -37,6 +37,7 @@ HEAD_LOST_EXIT = 1
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
+FINALIZE_TIMEOUT = 10.0  # every rank passed the last barrier: MPI_Finalize takes milliseconds
 TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.log after it exited
 
 
@@ -143,6 +144,7 @@ def run(config: Config, comm: Comm | None = None) -> int:
             comm.send(_report(me, error="unexpected failure, see its log", exit_code=code), 0, REPORT)
     finally:
         code = finish(me, code)
+    mpi.finalize(code, FINALIZE_TIMEOUT)
     return code
 
 
@@ -521,6 +523,7 @@ def finish(me: Rank, code: int) -> int:
         ("release the host's port block", lambda: me.port_block.release() if me.port_block else None),
         ("send the last messages", lambda: me.comm.flush(5)),
         ("meet the other ranks", lambda: _meet(me)),
+        ("drop the messages this rank never read", lambda: _drain(me)),
     ]
     for what, step in steps:
         try:
@@ -538,6 +541,14 @@ def finish(me: Rank, code: int) -> int:
 def _meet(me: Rank) -> None:
     if not me.comm.barrier(me.config.stop_grace + 30):
         me.log.warning("not every rank reached the end (one may have died): exiting anyway")
+
+
+def _drain(me: Rank) -> None:
+    # Every message for this rank was sent before the barrier. One left unread makes MPICH's
+    # MPI_Finalize fail before its PMI barrier, where all the other ranks would then wait forever.
+    dropped = me.comm.drain() + me.host_comm.drain()
+    if dropped:
+        me.log.step(f"Dropped {dropped} MPI messages this rank never read")
 
 
 def _stop_driver(me: Rank) -> None:

@@ -7,9 +7,17 @@ sleeps between polls.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
 from typing import Any, Callable
 
-from mpi4py import MPI
+import mpi4py
+
+# mpi4py would call MPI_Finalize at exit, without a deadline: finalize() does it with one.
+mpi4py.rc.finalize = False
+from mpi4py import MPI  # noqa: E402  (after the setting)
 
 from mpiray.deadline import Deadline, poll_until
 
@@ -70,11 +78,53 @@ class Comm:
 
         poll_until(sent, Deadline.after(timeout), self.poll_interval / 5)
 
+    def drain(self, quiet: float = 0.05, timeout: float = 2.0) -> int:
+        """Receive and drop every message still addressed to this rank; returns how many.
+
+        Call after the last barrier, right before finalize(). A rank that stopped on its own error
+        never reads some messages meant for it (rank 0's HEAD_UP and CONTROL). MPICH's MPI_Finalize
+        then fails on MPI_COMM_WORLD ("being freed has N unmatched message(s)") before its closing
+        PMI barrier, which every other rank enters and never leaves: srun would never return.
+        Waits until no message came for `quiet` seconds (one sent just before the barrier may still
+        be on its way), at most `timeout`.
+        """
+        dropped = 0
+        status = MPI.Status()
+        deadline = Deadline.after(timeout)
+        quiet_until = Deadline.after(quiet)
+        while not deadline.expired():
+            if self.comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+                size = status.Get_count(MPI.BYTE)  # raw bytes: nothing is unpickled
+                self.comm.Recv([bytearray(max(size, 1)), size, MPI.BYTE], status.Get_source(), status.Get_tag())
+                dropped += 1
+                quiet_until = Deadline.after(quiet)
+            elif quiet_until.expired():
+                break
+            else:
+                time.sleep(self.poll_interval / 10)
+        return dropped
+
     def split_by_host(self) -> Comm:
         """The ranks sharing this host (MPI shared-memory domain), as a Comm of their own."""
         return Comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank), self.poll_interval)
 
 
+def finalize(code: int, timeout: float) -> None:
+    """MPI_Finalize, or exit with code after timeout seconds: it waits for every rank (a PMI barrier
+    under srun), and a rank that died never comes."""
+
+    def give_up() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    watchdog = threading.Timer(timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+    watchdog.cancel()
+
+
 def library_version() -> str:
     return MPI.Get_library_version().strip().splitlines()[0].strip()
-

@@ -193,3 +193,24 @@ def test_training_survives_losing_an_env_runner_node(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"rank {victim[0]}: its Ray node exited" in run.rank_log(0)
     assert_nothing_left(run, wait=10)
+
+
+def test_a_lone_failing_worker_ends_every_rank_with_its_code(tmp_path):
+    """Rank 3 alone fails (its temp dir root is missing), never reading rank 0's later messages.
+
+    Those unread messages once made MPICH's MPI_Finalize fail on rank 3 before its closing PMI
+    barrier: under srun the other ranks waited there forever; under mpirun hydra SIGKILLed them (9).
+    """
+    job_id = new_job_id("lone")
+    common = [sys.executable, str(ROOT / "start_ray.py"), "--log-dir", str(tmp_path / "logs"), "--job-id", job_id,
+              "--", *PROBE]
+    argv = [str(Path(sys.executable).parent / "mpirun"), "-np", "3", *common,
+            ":", "-np", "1", "-env", "MPIRAY_TEMP_DIR", "/nonexistent-mpiray-root", *common]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "BAD TERMINATION" not in result.stdout + result.stderr
+    assert "rank 3 on" in result.stderr and "/nonexistent-mpiray-root" in result.stderr
+    job_dir = tmp_path / "logs" / job_id
+    for rank in range(4):
+        assert (job_dir / f"rank-{rank:04d}.log").read_text().rstrip().endswith("Exit code 2")
+    assert_nothing_left(Launch(result.returncode, result.stdout, result.stderr, job_dir, 0))
