@@ -7,6 +7,7 @@ sleeps between polls.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -111,19 +112,38 @@ class Comm:
 
 def finalize(code: int, timeout: float) -> None:
     """MPI_Finalize, or exit with code after timeout seconds: it waits for every rank (a PMI barrier
-    under srun), and a rank that died never comes."""
+    under srun), and a rank that died never comes.
+
+    MPI_Finalize is called through ctypes, which lets go of the GIL (mpi4py's does not), so that the
+    watchdog thread can run while it waits.
+    """
 
     def give_up() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
+    if MPI.Is_finalized():
+        return
     watchdog = threading.Timer(timeout, give_up)
     watchdog.daemon = True
     watchdog.start()
-    if not MPI.Is_finalized():
+    library = _libmpi()
+    if library is not None:
+        library.MPI_Finalize()
+    else:  # an MPI linked into mpi4py itself: no watchdog while it waits
         MPI.Finalize()
     watchdog.cancel()
+
+
+def _libmpi() -> ctypes.CDLL | None:
+    """The MPI library mpi4py loaded (its path from /proc/self/maps: dlopen then returns the same one)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "/libmpi" in path and ".so" in path:
+                return ctypes.CDLL(path)
+    return None
 
 
 def library_version() -> str:

@@ -228,6 +228,31 @@ def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_pa
     jobs.wait_until_gone(job_id)
 
 
+@pytest.mark.slurm
+def test_a_lone_failing_rank_at_8_per_host_ends_the_job_within_seconds(slurm_testbed, jobs, tmp_path, capsys, request):
+    # Rank 11 alone fails (a missing temp dir root). Once, the others then waited forever in
+    # MPI_Finalize's PMI barrier for it, and srun never returned (see mpi.Comm.drain).
+    wrapper = (f'if [ "$SLURM_PROCID" = 11 ]; then export MPIRAY_TEMP_DIR=/nonexistent-mpiray-root; fi; '
+               f'exec {shlex.quote(PYTHON)} {shlex.quote(str(START_RAY))} --log-dir {shlex.quote(str(tmp_path / "logs"))} '
+               f'-- /bin/true')
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+         "bash", "-c", wrapper],
+        timeout=JOB_TIMEOUT_S)
+    ended = time.time()
+    assert result.returncode == 2, result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    logs = rank_logs(job_dir, 24)
+    assert "/nonexistent-mpiray-root" in logs[11]
+    failed = log_time(logs[11], "ERROR")
+    assert ended - failed < 30
+    assert all(log.rstrip().endswith("Exit code 2") for log in logs)
+    assert {LOG_TIME.match(log.splitlines()[-1]).group(2) for log in logs} == set(slurm_testbed.node_names)
+    report(capsys, request, failure_to_srun_exit=ended - failed)
+    jobs.wait_until_gone(job_dir.name)
+
+
 # ---- sbatch with the scripts in jobs/ --------------------------------------------------------
 
 
