@@ -99,6 +99,7 @@ def no_leftover_children():
     the test's.
     """
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    segments_before = set(Path("/dev/shm").glob("mpich_shm_*"))
 
     def started_by_test():
         return [
@@ -112,8 +113,24 @@ def no_leftover_children():
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = started_by_test()
+    # MPICH's shared-memory segments of ranks a test SIGKILLed on purpose (MPI_Finalize unlinks
+    # them): stale ones can make a later MPI_Init fail.
+    for segment in set(Path("/dev/shm").glob("mpich_shm_*")) - segments_before - mapped_files():
+        segment.unlink(missing_ok=True)
     if left:
         names = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left]
         for proc in left:
             proc.kill()
         pytest.fail("the test left processes behind: " + "; ".join(names))
+
+
+def mapped_files() -> set[Path]:
+    """Every file some process has mapped (/proc/PID/maps)."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(Path(line.split(maxsplit=5)[5].strip()) for line in maps.read_text().splitlines()
+                          if line.count(" ") >= 5 and "/dev/shm/" in line)
+        except OSError:
+            pass
+    return mapped
