@@ -269,8 +269,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
-    """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input."""
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True) -> Config:
+    """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
+
+    with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
+    """
     environ = os.environ if environ is None else environ
     argv = list(argv)
     launcher_argv, driver = argv, _env_driver(environ) or list(DEFAULT_DRIVER)
@@ -286,7 +289,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
             f"e.g. start_ray.py -- python my_driver.py"
         )
-    if not driver:
+    if not with_driver:
+        driver = []
+    elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
     if args.redis_password is not None:
         _say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
@@ -309,6 +314,27 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         dashboard=args.dashboard,
         ray_node_per=args.ray_node_per,
     )
+
+
+def library_config(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Config:
+    """mpiray.init(**options) -> Config, checked exactly as the same flags would be (MPIRAY_* too).
+
+    log_dir="x" stands for --log-dir x; auth=False for --no-auth; None for "not given".
+    """
+    environ = os.environ if environ is None else environ
+    names = {action.dest for action in build_parser(environ)._actions} - {"help", "redis_password"}
+    argv = []
+    for name, value in options.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(names))}"
+            raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else f"--no-{name.replace('_', '-')}")
+        elif value is not None:
+            argv += [flag, str(value)]
+    return parse_args(argv, environ, with_driver=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 from importlib.metadata import version
 
 from mpiray import commands, mpi, network, processes, resources, scheduler
@@ -107,7 +108,16 @@ class Rank:
 
 
 def run(config: Config, comm: Comm | None = None) -> int:
-    """Run this rank's part of the job; every rank returns the same exit code."""
+    """The command line's job: rank 0 runs the driver as a subprocess; every rank returns its exit code."""
+    me = setup(config, comm)
+    code = outcome(me, lambda: drive(me, lead(me)) if me.rank == 0 else serve(me))
+    code = finish(me, code)
+    mpi.finalize(code, FINALIZE_TIMEOUT)
+    return code
+
+
+def setup(config: Config, comm: Comm | None = None) -> Rank:
+    """This rank's state, before any rank waits on another: stop signals, MPI, its host's ranks."""
     stop = StopRequest()
     stop.install()
     processes.become_subreaper()
@@ -120,38 +130,40 @@ def run(config: Config, comm: Comm | None = None) -> int:
     me.view = resources.probe_host()
     if host_comm.rank != 0:
         host_comm.send(me.view, 0, LOCAL)
-    code = 1
+    return me
+
+
+def outcome(me: Rank, step: Callable[[], int]) -> int:
+    """step()'s exit code, or the one its failure maps to (said in the log; workers tell rank 0)."""
+    comm = me.comm
     try:
         problem = scheduler.singleton_error(me.env, comm.size)
         if problem:
             raise LaunchError(problem)
-        code = lead(me) if me.rank == 0 else follow(me)
+        return step()
     except Shutdown as shutdown:
-        code = shutdown.exit_code
         me.log.step(str(shutdown))
+        return shutdown.exit_code
     except Interrupted as interrupted:
-        code = interrupted.exit_code
         me.log.warning(f"stopping on signal {interrupted.signum}")
+        return interrupted.exit_code
     except LaunchError as error:
-        code = error.exit_code
         me.log.error(str(error))
         if me.rank != 0:  # tell rank 0 now rather than let it wait for the startup timeout
-            comm.send(_report(me, error=str(error), exit_code=code), 0, REPORT)
+            comm.send(_report(me, error=str(error), exit_code=error.exit_code), 0, REPORT)
+        return error.exit_code
     except Exception:
-        code = 1
         me.log.error("unexpected failure:\n" + traceback.format_exc())
         if me.rank != 0:
-            comm.send(_report(me, error="unexpected failure, see its log", exit_code=code), 0, REPORT)
-    finally:
-        code = finish(me, code)
-    mpi.finalize(code, FINALIZE_TIMEOUT)
-    return code
+            comm.send(_report(me, error="unexpected failure, see its log", exit_code=1), 0, REPORT)
+        return 1
 
 
 # ---- rank 0 ---------------------------------------------------------------------------------
 
 
-def lead(me: Rank) -> int:
+def lead(me: Rank) -> list[Report]:
+    """Rank 0: start the head, share the session, collect the workers' reports: the Ray nodes."""
     config = me.config
     job_id = config.job_id or scheduler.safe_job_id(scheduler.default_job_id(me.env))
     me.log.open(rank_log_path(config.log_dir, job_id, 0))
@@ -181,7 +193,7 @@ def lead(me: Rank) -> int:
     me.log.step(f"Workers are all running! ({len(reports) - 1} workers, {len(nodes)} Ray nodes)")
     _print_summary(me, reports)
     me.log.step("Ready to start driver!")
-    return drive(me, nodes)
+    return nodes
 
 
 def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
@@ -243,8 +255,8 @@ def check_versions(reports: list[Report]) -> None:
         raise LaunchError(f"ranks run different versions, refusing to start: {per_rank}")
 
 
-def drive(me: Rank, nodes: list[Report]) -> int:
-    """Run the driver with the cluster in its environment; its exit code is the job's."""
+def driver_env(me: Rank, nodes: list[Report]) -> dict[str, str]:
+    """What a driver needs to find and use the cluster: RAY_ADDRESS, the token, MPIRAY_*."""
     config, session = me.config, me.session
     env = commands.node_env(dict(os.environ), None, str(me.node.token_path) if me.node.token_path else None)
     env.update(
@@ -257,6 +269,13 @@ def drive(me: Rank, nodes: list[Report]) -> int:
         MPIRAY_HEAD_IP=session.head_ip,
         MPIRAY_STOP_GRACE=f"{config.stop_grace:g}",  # how long the driver has after SIGTERM
     )
+    return env
+
+
+def drive(me: Rank, nodes: list[Report]) -> int:
+    """Run the driver with the cluster in its environment; its exit code is the job's."""
+    config, session = me.config, me.session
+    env = driver_env(me, nodes)
     out_path = job_log_dir(config.log_dir, session.job_id) / "driver.log"
     try:
         me.driver = processes.start(config.driver, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -309,7 +328,14 @@ def drive(me: Rank, nodes: list[Report]) -> int:
 # ---- ranks 1..N-1 -----------------------------------------------------------------------------
 
 
-def follow(me: Rank) -> int:
+def serve(me: Rank) -> int:
+    """A worker's whole job: its node, then idle until rank 0 sends the exit code."""
+    follow(me)
+    return wait_for_end(me)
+
+
+def follow(me: Rank) -> None:
+    """A worker: receive the session, start this rank's node (or idle), report to rank 0."""
     me.log.step("Waiting for broadcast...")
     session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.check)
     if session is None:
@@ -334,7 +360,6 @@ def follow(me: Rank) -> int:
         )
         me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
-    return wait_for_end(me)
 
 
 def wait_for_end(me: Rank) -> int:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping, MutableMapping, Optional
 
+from mpiray import raycompat
 from mpiray.node import PrivateDir
 
 class ResourceError(ValueError):
@@ -57,11 +58,7 @@ def private_local_ray(environ: MutableMapping[str, str]) -> Iterator[Path]:
         environ["RAY_AUTH_TOKEN_PATH"] = str(private.write_token(secrets.token_hex(32)))
         environ.pop("RAY_AUTH_TOKEN", None)  # the file is the only source
         if environ is os.environ:
-            # Ray's C++ config read RAY_AUTH_MODE when ray was imported: have it read it again (as
-            # Ray's own _enable_token_auth does), or this process would call its own GCS without the token.
-            from ray._raylet import Config
-
-            Config.initialize("")
+            raycompat.reload_auth_settings()
         yield private.ray_dir
     finally:
         private.remove()
