@@ -1,4 +1,4 @@
-"""Command line: argv -> Config -> lifecycle.run(config) -> exit code.
+"""Command line: argv -> Config -> driver.run(config) -> exit code.
 
 `mpirun -np N python start_ray.py [launcher options] [-- DRIVER COMMAND ...]`. Every option takes
 its default from an `MPIRAY_<OPTION>` environment variable (e.g. MPIRAY_STARTUP_TIMEOUT=300), so a
@@ -343,6 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         _say(os.environ, "error", str(error))
         return error.exit_code
-    from mpiray import lifecycle  # imports mpi4py, which initializes MPI: only once args are valid
+    from mpiray import driver  # imports mpi4py, which initializes MPI: only once args are valid
 
-    return lifecycle.run(config)
+    return driver.run(config)

@@ -165,9 +165,9 @@ def cluster(*, exit: bool = True, comm=None, **options) -> Iterator[ClusterInfo 
 
 def _connect(me, nodes) -> ClusterInfo:
     """Rank 0's script becomes the cluster's driver: the environment a CLI driver gets, then ray.init()."""
-    from mpiray import lifecycle, raycompat
+    from mpiray import driver, raycompat
 
-    env = lifecycle.driver_env(me, nodes)
+    env = driver.driver_env(me, nodes)
     for name in set(os.environ) - set(env):  # e.g. RAY_AUTH_TOKEN: the token file is the only source
         del os.environ[name]
     os.environ.update(env)

@@ -1,11 +1,14 @@
-"""The launcher's lifecycle, top-down: share the session -> start nodes -> verify -> drive -> stop.
+"""The rank protocol, top-down: setup -> share the session -> start nodes -> verify -> (drive) -> finish.
+
+Two front ends drive it: driver.run (the command line: the driver is a subprocess of rank 0) and
+library.init (mpiray.init(): the driver is the calling script, in-process on rank 0).
 
 Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker
 loads `ray start` (ray_node.py: ~1 s of imports) while the head starts. Each node's ray_node.py
 watches the GCS until its own node is ALIVE and says so in the node's output, which the rank reads.
 When the head is ALIVE, rank 0 sends HEAD_UP and the workers let their `ray start` go: Ray's own head
 lookup then succeeds at its first try instead of sleeping 2 s. Each worker reports its verified
-node; rank 0 runs the driver and sends everyone its exit code. Whatever happens, each rank stops
+node; rank 0 drives and sends everyone the exit code. Whatever happens, each rank stops
 exactly the processes it started, then all meet at a barrier and exit with the same code.
 """
 
@@ -16,57 +19,27 @@ import platform
 import secrets
 import socket
 import subprocess
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable
 from importlib.metadata import version
+from typing import Callable
 
-from mpiray import commands, mpi, network, processes, resources, scheduler
+from mpiray import commands, network, processes, resources, scheduler
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
 from mpiray.gcs import NodeInfo
-from mpiray.logs import RankLog, Tee, job_log_dir, rank_log_path, ray_output_path, ray_session_logs_path
+from mpiray.logs import RankLog, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.node import RayNode
+from mpiray.reports import Report, Session, check_versions, describe_resources, print_summary, versions
 from mpiray.signals import StopRequest
 
-TIME_LIMIT_EXIT = 124  # as timeout(1)
-HEAD_LOST_EXIT = 1
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
 FINALIZE_TIMEOUT = 10.0  # every rank passed the last barrier: MPI_Finalize takes milliseconds
-TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.log after it exited
-
-
-@dataclass(frozen=True)
-class Session:
-    """What rank 0 tells every rank before anything starts."""
-
-    job_id: str
-    head_ip: str
-    gcs_address: str
-    token: str | None
-    started: float  # rank 0's time.time() at launch, for "seconds to ready"
-
-
-@dataclass(frozen=True)
-class Report:
-    """A rank's answer after starting (or failing to start) its node."""
-
-    rank: int
-    host: str
-    log: str
-    node_ip: str = ""
-    node_id: str = ""
-    resources: dict = field(default_factory=dict)
-    seconds: float = 0.0
-    versions: dict = field(default_factory=dict)
-    error: str = ""
-    exit_code: int = 0  # with error: the code the whole job ends with
 
 
 class Shutdown(LaunchError):
@@ -105,15 +78,6 @@ class Rank:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
                 raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
-
-
-def run(config: Config, comm: Comm | None = None) -> int:
-    """The command line's job: rank 0 runs the driver as a subprocess; every rank returns its exit code."""
-    me = setup(config, comm)
-    code = outcome(me, lambda: drive(me, lead(me)) if me.rank == 0 else serve(me))
-    code = finish(me, code)
-    mpi.finalize(code, FINALIZE_TIMEOUT)
-    return code
 
 
 def setup(config: Config, comm: Comm | None = None) -> Rank:
@@ -183,7 +147,7 @@ def lead(me: Rank) -> list[Report]:
     me.node.release()
     head = wait_until_alive(me)
     me.comm.send_to_others(head.node_id, HEAD_UP)
-    me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {_res(head)})")
+    me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {describe_resources(head)})")
     me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
 
     reports = collect_reports(me, head)
@@ -191,7 +155,7 @@ def lead(me: Rank) -> list[Report]:
     check_versions(reports)
     nodes = [r for r in reports if r.node_id]
     me.log.step(f"Workers are all running! ({len(reports) - 1} workers, {len(nodes)} Ray nodes)")
-    _print_summary(me, reports)
+    print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
     me.log.step("Ready to start driver!")
     return nodes
 
@@ -222,7 +186,7 @@ def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
                     payload.exit_code or 1,
                 )
             reports[source] = payload
-            what = f"ip {payload.node_ip} is connected! ({_res(payload)}, {payload.seconds:.1f} s)"
+            what = f"ip {payload.node_ip} is connected! ({describe_resources(payload)}, {payload.seconds:.1f} s)"
             if not payload.node_id:
                 what = "idle: its host's Ray node runs on the host's first rank"
             me.log.step(f"Worker on rank {source} with {what}")
@@ -242,87 +206,6 @@ def _missing(me: Rank, reports: dict, hellos: dict) -> str:
         f"{len(lines)} worker(s) did not join within --startup-timeout "
         f"{me.config.startup_timeout:g} s: " + "; ".join(lines)
     )
-
-
-def check_versions(reports: list[Report]) -> None:
-    """All ranks must run the same Ray and Python: a mixed cluster fails in obscure ways later."""
-    seen = {tuple(sorted(r.versions.items())) for r in reports}
-    if len(seen) > 1:
-        per_rank = "; ".join(
-            f"rank {r.rank} on {r.host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.versions.items()))
-            for r in reports
-        )
-        raise LaunchError(f"ranks run different versions, refusing to start: {per_rank}")
-
-
-def driver_env(me: Rank, nodes: list[Report]) -> dict[str, str]:
-    """What a driver needs to find and use the cluster: RAY_ADDRESS, the token, MPIRAY_*."""
-    config, session = me.config, me.session
-    env = commands.node_env(dict(os.environ), None, str(me.node.token_path) if me.node.token_path else None)
-    env.update(
-        RAY_ADDRESS=session.gcs_address,
-        MPIRAY_JOB_ID=session.job_id,
-        MPIRAY_LOG_DIR=str(config.log_dir),
-        MPIRAY_NUM_NODES=str(len(nodes)),
-        MPIRAY_TOTAL_CPUS=str(int(sum(r.resources.get("CPU", 0) for r in nodes))),
-        MPIRAY_TOTAL_GPUS=str(int(sum(r.resources.get("GPU", 0) for r in nodes))),
-        MPIRAY_HEAD_IP=session.head_ip,
-        MPIRAY_STOP_GRACE=f"{config.stop_grace:g}",  # how long the driver has after SIGTERM
-    )
-    return env
-
-
-def drive(me: Rank, nodes: list[Report]) -> int:
-    """Run the driver with the cluster in its environment; its exit code is the job's."""
-    config, session = me.config, me.session
-    env = driver_env(me, nodes)
-    out_path = job_log_dir(config.log_dir, session.job_id) / "driver.log"
-    try:
-        me.driver = processes.start(config.driver, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as error:
-        raise ConfigError(f"cannot start the driver {list(config.driver)}: {error.strerror}") from None
-    me.log.step(f"Driver started (pid {me.driver.pid}): {' '.join(config.driver)}; output also in {out_path}")
-    tee = Tee.to_file(out_path)
-    tee.pump(me.driver.stdout, sys.stdout.buffer)
-    tee.pump(me.driver.stderr, sys.stderr.buffer)
-    limit = Deadline.after(config.time_limit) if config.time_limit else None
-    code = None
-    while code is None:
-        try:
-            returncode = me.driver.wait(timeout=DRIVER_POLL)
-            code = processes.exit_code(returncode)
-            me.log.step(f"Driver exited with code {code}")
-        except subprocess.TimeoutExpired:
-            pass
-        if code is None and me.stop.signum is not None:
-            me.log.warning(f"signal {me.stop.signum}: SIGTERM to the driver, {config.stop_grace:g} s to finish")
-            processes.stop_group(me.driver, config.stop_grace)
-            code = 128 + me.stop.signum
-        if code is None and limit is not None and limit.expired():
-            me.log.error(
-                f"the driver ran past --time-limit {config.time_limit:g} s: SIGTERM, then SIGKILL "
-                f"after {config.stop_grace:g} s"
-            )
-            processes.stop_group(me.driver, config.stop_grace)
-            code = TIME_LIMIT_EXIT
-        if code is None and me.node.exited():
-            me.log.error(
-                f"the head's Ray node exited (code {me.node.exit_code()}, see {me.node.output_path}): "
-                f"stopping the driver"
-            )
-            # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
-            processes.stop_group(me.driver, min(config.stop_grace, RAY_STOP_GRACE))
-            code = HEAD_LOST_EXIT
-        event = me.comm.poll(tag=EVENT)
-        if event is not None:
-            me.log.warning(f"rank {event[0]}: {event[2]}")
-    tee.close(TEE_CLOSE)
-    if tee.error or tee.dropped:
-        me.log.warning(
-            f"driver.log is incomplete ({tee.error or 'its writes stalled'}; {tee.dropped} lines not written): "
-            f"the driver's output went to this job's stdout/stderr only"
-        )
-    return code
 
 
 # ---- ranks 1..N-1 -----------------------------------------------------------------------------
@@ -356,7 +239,7 @@ def follow(me: Rank) -> None:
         node = wait_until_alive(me)
         me.log.step(
             f"Worker on rank {me.rank} with ip {node.ip} is connected! "
-            f"(node {node.node_id[:12]}, {_res(node)})"
+            f"(node {node.node_id[:12]}, {describe_resources(node)})"
         )
         me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
@@ -618,26 +501,10 @@ def _report(me: Rank, node: NodeInfo | None = None, error: str = "", exit_code: 
         node_id=node.node_id if node else "",
         resources=node.resources if node else {},
         seconds=time.time() - (me.session.started if me.session else me.started),
-        versions=_versions(me.rank),
+        versions=versions(me.rank),
         error=error,
         exit_code=exit_code,
     )
-
-
-def _versions(rank: int) -> dict:
-    versions = {"ray": version("ray"), "python": platform.python_version()}
-    # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
-    # report another version, as a rank started from another environment would.
-    fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
-    if fake.startswith(f"{rank}:") and "=" in fake:
-        name, value = fake.split(":", 1)[1].split("=", 1)
-        versions[name] = value
-    return versions
-
-
-def _res(node) -> str:
-    res = node.resources
-    return f"{res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs, {res.get('memory', 0) / 2**30:.1f} GiB"
 
 
 def _log_context(me: Rank) -> None:
@@ -645,16 +512,3 @@ def _log_context(me: Rank) -> None:
         f"mpiray on {me.host} (pid {os.getpid()}): rank {me.rank} of {me.comm.size}, {me.env.describe()}, "
         f"{library_version()}, Ray {version('ray')}, Python {platform.python_version()}"
     )
-
-
-def _print_summary(me: Rank, reports: list[Report]) -> None:
-    ready = time.time() - me.started
-    nodes = [r for r in reports if r.node_id]
-    print(
-        f"mpiray: job {me.session.job_id}: {len(nodes)} Ray nodes on {len({r.host for r in reports})} "
-        f"hosts ready in {ready:.1f} s ({me.env.describe()}); head {me.session.gcs_address}",
-        flush=True,
-    )
-    for r in reports:
-        what = _res(r) if r.node_id else "idle"
-        print(f"  rank {r.rank:>4}  {r.host:<20} {r.node_ip or '-':<15} {what:<36} {r.seconds:5.1f} s", flush=True)
