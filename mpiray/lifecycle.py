@@ -301,37 +301,17 @@ def plan_host(me: Rank, job_id: str, gcs_port: int = 0):
 def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     """The local leader's plan for every rank of the host: (Share, NodePorts), None, or an error."""
     config = me.config
-    if config.ray_node_per == "host":
-        merged = resources.HostView(
-            views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
-            views[0].memory, views[0].shm, views[0].gpu_ids,
-        )
-        views, idle = [merged], len(views) - 1
-    else:
-        idle = 0
-    problem = resources.check_object_store(config.object_store_memory, views[0], len(views))
+    nodes = 1 if config.ray_node_per == "host" else len(views)
+    problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
     if problem:
-        return [problem] * (len(views) + idle)
+        return [problem] * len(views)
     try:
-        me.port_block = network.free_block(job_id, len(views), reserved=gcs_port)
+        me.port_block = network.free_block(job_id, nodes, reserved=gcs_port)
     except ConfigError as error:
-        return [str(error)] * (len(views) + idle)
+        return [str(error)] * len(views)
     for note in me.port_block.notes:
         me.log.step(f"Ports: {note}")
-    base = me.port_block.base
-    plans = []
-    for index in range(len(views)):
-        is_head = me.rank == 0 and index == 0
-        share = resources.split_host(
-            views, index,
-            cpus_per_task=me.env.cpus_per_task,
-            num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
-            num_gpus=config.num_gpus,
-            object_store_memory=config.object_store_memory,
-        )
-        ports = network.node_ports(base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
-        plans.append((share, ports))
-    return plans + [(None, None)] * idle
+    return resources.plan_host(config, views, me.port_block.base, gcs_port, me.rank == 0, me.env.cpus_per_task)
 
 
 def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> str:

@@ -15,6 +15,8 @@ from typing import Mapping
 
 import psutil
 
+from mpiray import network
+
 OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
 SHM_HEADROOM = 0.9  # keep some of /dev/shm for everything else on the host
 
@@ -142,3 +144,31 @@ def check_object_store(object_store_memory: int | None, view: HostView, parts: i
                 f"{limit // parts >> 20}M"
             )
     return None
+
+
+def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, leader_is_rank0: bool,
+              cpus_per_task: int | None) -> list:
+    """Each local rank's (Share, NodePorts), or (None, None) for a rank that idles (one node per host).
+
+    views: what each rank of the host sees of it, the host's first rank first; config: the job's Config.
+    """
+    idle = 0
+    if config.ray_node_per == "host":
+        merged = HostView(
+            views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
+            views[0].memory, views[0].shm, views[0].gpu_ids,
+        )
+        views, idle = [merged], len(views) - 1
+    plans = []
+    for index in range(len(views)):
+        is_head = leader_is_rank0 and index == 0
+        share = split_host(
+            views, index,
+            cpus_per_task=cpus_per_task,
+            num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
+            num_gpus=config.num_gpus,
+            object_store_memory=config.object_store_memory,
+        )
+        ports = network.node_ports(ports_base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
+        plans.append((share, ports))
+    return plans + [(None, None)] * idle

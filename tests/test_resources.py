@@ -61,3 +61,16 @@ def test_object_store_that_does_not_fit_is_refused():
 def test_visible_gpus_from_environment():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+
+
+def test_a_host_plan_gives_each_rank_its_share_and_block_or_idles_it():
+    from mpiray.config import Config
+    from mpiray.resources import plan_host
+
+    per_rank = plan_host(Config(head_cpus=0), views(2, cpus=range(8)), 24000, 24000, True, None)
+    assert [share.cpus for share, _ in per_rank] == [0, 4]  # --head-cpus 0 for the head only
+    assert [ports.node_manager for _, ports in per_rank] == [24001, 24101]
+    assert per_rank[0][1].gcs == 24000
+    per_host = plan_host(Config(ray_node_per="host"), views(3, cpus=range(6), bound=True), 25000, 0, False, None)
+    assert per_host[1:] == [(None, None), (None, None)]
+    assert per_host[0][0].cpus == 6  # the merged masks of the host's three ranks
