@@ -560,3 +560,21 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path):
     iterations = [int(row["training_iteration"]) for row in progress(trial_dir)]
     assert iterations == [1, 2, 3, 4, 5], "resume must continue from the checkpoint, not restart"
     assert json.loads((trial_dir / "result.json").read_text().splitlines()[-1])["done"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.train
+def test_train_starts_its_own_cluster_over_mpi_ranks_with_dash_dash_mpi(tmp_path):
+    # mpirun -np 2 python -m train --mpi: mpiray.init() inside the trainer, no start_ray.py.
+    environ = trainer_env(PYTHONPATH=str(REPO_ROOT), MPIRAY_LOG_DIR=str(tmp_path / "logs"))
+    mpirun = str(Path(sys.executable).parent / "mpirun")
+    process = subprocess.run(
+        [mpirun, "-np", "2", sys.executable, "-m", "train", "--mpi", *TINY, "--stop-iters", "1",
+         "--storage-path", str(tmp_path / "results"), "--name", "mpi"],
+        cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert re.search(r"on a 2-node cluster \(2 CPUs", process.stdout + process.stderr)
+    assert "[train] experiment:" in process.stdout + process.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    for rank in (0, 1):
+        assert (job_dir / f"rank-{rank:04d}.log").read_text().rstrip().endswith("Exit code 0")

@@ -53,6 +53,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         options = PARSERS[command](os.environ).parse_args(argv)
     except SystemExit as parser_exit:  # --help, or a bad flag already explained by argparse
         return int(parser_exit.code or 0)
+    if getattr(options, "mpi", False):
+        import mpiray
+
+        mpiray.init()  # rank 0 returns connected to the cluster; the others serve, then exit with its code
     return _run_reporting_errors(RUNNERS[command], OPTION_BUILDERS[command](options))
 
 
@@ -68,6 +72,10 @@ def build_train_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     _add_resource_flags(parser)
     _add_stopping_flags(parser)
     _add_checkpoint_flags(parser, environ)
+    parser.add_argument("--mpi", action="store_true",
+                        help="start the Ray cluster over this program's MPI ranks first, with mpiray.init() "
+                        "(mpirun -np N python -m train --mpi; MPIRAY_* variables set its options): rank 0 "
+                        "trains, the other ranks serve as Ray nodes")
     return parser
 
 
@@ -231,7 +239,7 @@ def optional_str(text: str) -> Optional[str]:
 
 def train_options(args: argparse.Namespace) -> TrainOptions:
     """Parsed train flags -> TrainOptions."""
-    return TrainOptions(**vars(args))
+    return TrainOptions(**{name: value for name, value in vars(args).items() if name != "mpi"})
 
 
 def plot_options(args: argparse.Namespace) -> PlotOptions:

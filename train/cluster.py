@@ -33,6 +33,9 @@ def ray_cluster(environ: MutableMapping[str, str], num_cpus: Optional[int] = Non
     import ray
 
     address = environ.get("RAY_ADDRESS") or None
+    if ray.is_initialized():  # mpiray.init() connected this process already (python -m train --mpi)
+        yield describe_cluster(environ, address)
+        return
     if address is not None:
         ray.init(address=address, log_to_driver=True)
         try:
