@@ -253,6 +253,27 @@ def test_a_lone_failing_rank_at_8_per_host_ends_the_job_within_seconds(slurm_tes
     jobs.wait_until_gone(job_dir.name)
 
 
+@pytest.mark.slurm
+@pytest.mark.parametrize("mode, code", [("ok", 0), ("exit3", 3)])
+def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, tmp_path, mode, code):
+    script = ROOT / "tests" / "drivers" / "library_script.py"
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", "--mpi=pmi2", f"--chdir={tmp_path}",
+         PYTHON, str(script), mode, str(tmp_path / "logs")],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == code, result.stdout + result.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("CONNECTED ")]
+    seen = json.loads(line[len("CONNECTED "):])
+    assert seen["initialized"] and seen["nodes"] == 3 and seen["ran_on"] == 3  # a task ran on each host
+    assert "RANK 1:" not in result.stdout and "RANK 2:" not in result.stdout  # they served, never returned
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
+    assert all(log.rstrip().endswith(f"Exit code {code}") for log in logs)
+    jobs.wait_until_gone(job_dir.name)
+
+
 # ---- sbatch with the scripts in jobs/ --------------------------------------------------------
 
 
