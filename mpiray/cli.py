@@ -32,13 +32,13 @@ MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE
 # MPIRAY_* names that are not an option's MPIRAY_<OPTION>, so that a misspelled setting can be told
 # from these: read here (AUTH, DASHBOARD, DRIVER); set for the driver by lifecycle.py (NUM_NODES,
 # TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the
-# version-skew test hook (FAKE_VERSION); jobs/ scripts (SITE_MPI, DIR); the Slurm testbed (TESTBED_DIR,
+# test hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, DIR); the Slurm testbed (TESTBED_DIR,
 # KEEP_TESTBED).
 OTHER_VARIABLES = (
-    "MPIRAY_AUTH", "MPIRAY_DASHBOARD", "MPIRAY_DRIVER",
+    "MPIRAY_AUTH", "MPIRAY_DASHBOARD", "MPIRAY_DRIVER", "MPIRAY_DRY_RUN",
     "MPIRAY_JOB_ID", "MPIRAY_LOG_DIR", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS",
     "MPIRAY_HEAD_IP", "MPIRAY_STOP_GRACE",
-    "MPIRAY_FAKE_VERSION",
+    "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN",
     "MPIRAY_SITE_MPI", "MPIRAY_DIR",
     "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED",
 )
@@ -95,6 +95,13 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     if value > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, got {text}")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
 
 
@@ -257,6 +264,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
            help="node-local root for per-rank Ray temp dirs (default: TMPDIR or /tmp)")
     option("--ray-node-per", choices=("rank", "host"), default="rank",
            help="one Ray node per MPI rank (default) or one per host, the other local ranks idle")
+    option("--join-window", type=_positive_count, default=64,
+           help="the most worker nodes joining the head at once; the window starts at 8 and adapts to "
+           "how fast nodes register (default: 64)")
     parser.add_argument("--auth", action=argparse.BooleanOptionalAction,
                         default=_env_bool(environ, "MPIRAY_AUTH", True),
                         help="token authentication; --no-auth lets anyone who reaches the "
@@ -265,6 +275,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
                         default=_env_bool(environ, "MPIRAY_DASHBOARD", False),
                         help="start Ray's dashboard on the head, bound to 127.0.0.1 "
                         "(default: off) [env MPIRAY_DASHBOARD]")
+    parser.add_argument("--dry-run", action="store_true", default=_env_bool(environ, "MPIRAY_DRY_RUN", False),
+                        help="run the whole MPI protocol (session, host split, resources, ports, reports, exit "
+                        "code) and log each rank's exact `ray start` line, but start no Ray and no driver; rank 0 "
+                        "prints the planned cluster [env MPIRAY_DRY_RUN]")
     parser.add_argument("--redis-password", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -313,6 +327,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         auth=args.auth,
         dashboard=args.dashboard,
         ray_node_per=args.ray_node_per,
+        join_window=args.join_window,
+        dry_run=args.dry_run,
     )
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -14,6 +15,33 @@ from mpiray.resources import Share
 # Ray's longest socket path below a temp dir: session_<date>_<time>_<usec>_<pid>/sockets/plasma_store
 SOCKET_SUFFIX = "/session_2026-11-22_03-06-42_431508_4194304/sockets/plasma_store"
 AF_UNIX_PATH_MAX = 107
+
+# Ray's per-node dashboard agent serves metrics (the gRPC server raylet and the GCS send them to, and
+# the Prometheus endpoint) only when these import, ray.dashboard.optional_deps' list, i.e. ray[default];
+# without them (`ray`, `ray[rllib]`) every node's agent runs --minimal and serves neither.
+METRICS_AGENT_MODULES = (
+    "aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry.exporter.prometheus", "opentelemetry.proto",
+    "prometheus_client", "pydantic",
+)
+METRICS_OFF = '--system-config={"enable_metrics_collection":false}'
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package
+        return False
+
+
+def metrics_agent_problem() -> str | None:
+    """Why Ray's agents on this host cannot export metrics (None: they can): ray[default] is missing."""
+    missing = [module for module in METRICS_AGENT_MODULES if not _importable(module)]
+    if not missing:
+        return None
+    return (
+        f"Ray's metrics agent needs ray[default] (missing here: {', '.join(missing)}); "
+        f"pip install 'ray[default]' to export metrics"
+    )
 
 
 def ray_command(niced_import: bool = False) -> list[str]:
@@ -30,6 +58,8 @@ class NodeSpec:
     share: Share
     ports: NodePorts
     node_name: str
+    # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
+    full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
 
 
 def _common(spec: NodeSpec) -> list[str]:
@@ -48,20 +78,29 @@ def _common(spec: NodeSpec) -> list[str]:
         f"--object-manager-port={ports.object_manager}",
         f"--min-worker-port={ports.min_worker}",
         f"--max-worker-port={ports.max_worker}",
-        f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
         f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
-        f"--metrics-export-port={ports.metrics_export}",
         f"--runtime-env-agent-port={ports.runtime_env_agent}",
         # ray_node.py starts the log monitor once the node is ALIVE: off the start's critical path.
         "--include-log-monitor=false",
     ]
+    if spec.full_agent:
+        # The agent's gRPC server (raylet and the GCS send it metrics) and its Prometheus endpoint.
+        argv += [f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+                 f"--metrics-export-port={ports.metrics_export}"]
+    # A --minimal agent serves neither and writes -1 to its port files, which Ray reads when these ports
+    # are 0 and then does not try; a port given here, raylet and the GCS dial anyway and log an ERROR.
     return argv
 
 
-def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool) -> list[str]:
+def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True) -> list[str]:
+    """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent)."""
     argv = [*ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
     # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
     argv.append("--no-monitor")
+    if not (metrics and spec.full_agent):
+        # Nothing collects what is not exported: every node's raylet, workers and agent (given
+        # --disable-metrics-collection) take this from the head's config.
+        argv.append(METRICS_OFF)
     # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
     # by every job on the host.
     argv += [f"--include-dashboard={'true' if dashboard else 'false'}", "--dashboard-host=127.0.0.1",

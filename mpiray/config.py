@@ -28,3 +28,5 @@ class Config:
     auth: bool = True
     dashboard: bool = False
     ray_node_per: str = "rank"  # "rank" or "host"
+    join_window: int = 64  # the most workers that run `ray start` against the GCS at once
+    dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster

@@ -52,6 +52,9 @@ def driver_env(me: Rank, nodes: list[Report]) -> dict[str, str]:
 def drive(me: Rank, nodes: list[Report]) -> int:
     """Run the driver with the cluster in its environment; its exit code is the job's."""
     config, session = me.config, me.session
+    if config.dry_run:
+        me.log.step(f"Dry run: no Ray was started, and no driver runs ({' '.join(config.driver)})")
+        return 0
     env = driver_env(me, nodes)
     out_path = job_log_dir(config.log_dir, session.job_id) / "driver.log"
     try:

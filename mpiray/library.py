@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mpiray import cli
-from mpiray.errors import LaunchError
+from mpiray.errors import ConfigError, LaunchError
 
 FINALIZE_TIMEOUT = 10.0
 
@@ -111,6 +111,8 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     if _cluster is not None:
         raise LaunchError("mpiray.init() was called before in this process: one cluster per process")
     config = cli.library_config(options)
+    if config.dry_run:
+        raise ConfigError("dry_run is the command line's (start_ray.py --dry-run): init() connects to a real cluster")
     from mpiray import lifecycle, mpi  # imports mpi4py (MPI_Init): only once the options are valid
 
     me = lifecycle.setup(config, None if comm is None else mpi.Comm(comm))

@@ -6,7 +6,8 @@ library.init (mpiray.init(): the driver is the calling script, in-process on ran
 Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker
 loads `ray start` (ray_node.py: ~1 s of imports) while the head starts. Each node's ray_node.py
 watches the GCS until its own node is ALIVE and says so in the node's output, which the rank reads.
-When the head is ALIVE, rank 0 sends HEAD_UP and the workers let their `ray start` go: Ray's own head
+When the head is ALIVE, rank 0 hands out join slots (joins.py) and a worker lets its `ray start` go
+when it gets one (JOIN): never more joins at once than the GCS and the hosts' CPUs take. Ray's own head
 lookup then succeeds at its first try instead of sleeping 2 s. Each worker reports its verified
 node; rank 0 drives and sends everyone the exit code. Whatever happens, each rank stops
 exactly the processes it started, then all meet at a barrier and exit with the same code.
@@ -30,12 +31,14 @@ from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
 from mpiray.gcs import NodeInfo
+from mpiray.joins import Joins, JoinWindow
 from mpiray.logs import RankLog, rank_log_path, ray_output_path, ray_session_logs_path
-from mpiray.mpi import CONTROL, EVENT, HEAD_UP, HELLO, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
-from mpiray.node import RayNode
+from mpiray.mpi import CONTROL, EVENT, HELLO, JOIN, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
+from mpiray.node import NodeStartFailed, RayNode
 from mpiray.reports import Report, Session, check_versions, describe_resources, print_summary, versions
 from mpiray.signals import StopRequest
 
+JOIN_ATTEMPTS = 3  # a worker's `ray start`, when it fails as an overloaded GCS makes it fail
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
@@ -143,15 +146,19 @@ def lead(me: Rank) -> list[Report]:
     me.comm.send_to_others(me.session, SESSION)
     me.log.step(f"Session sent to {me.comm.size - 1} workers: head will be at {me.session.gcs_address}")
 
-    start_node(me, share, ports, head=True)
-    me.node.release()
-    head = wait_until_alive(me)
-    me.comm.send_to_others(head.node_id, HEAD_UP)
+    spec = start_node(me, share, ports, head=True)
+    if config.dry_run:
+        head = planned_node(me, spec)
+    else:
+        me.node.release()
+        head = wait_until_alive(me)
     me.log.step(f"Head started at: {me.session.gcs_address} (node {head.node_id[:12]}, {describe_resources(head)})")
-    me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
+    if me.node is not None:
+        me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
 
-    reports = collect_reports(me, head)
-    me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
+    reports = collect_reports(me, head, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)))
+    if not config.dry_run:  # the workers whose `ray start` the head must outlive
+        me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
     check_versions(reports)
     nodes = [r for r in reports if r.node_id]
     me.log.step(f"Workers are all running! ({len(reports) - 1} workers, {len(nodes)} Ray nodes)")
@@ -160,11 +167,19 @@ def lead(me: Rank) -> list[Report]:
     return nodes
 
 
-def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
-    """Every worker's report, in rank order; names the missing ones at the startup timeout."""
+def collect_reports(me: Rank, head: NodeInfo, joins: Joins) -> list[Report]:
+    """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
+    ones at the startup timeout."""
     reports: dict[int, Report] = {0: _report(me, head)}
     hellos: dict[int, dict] = {}
     deadline = Deadline.since(me.started, me.config.startup_timeout)
+
+    def grant() -> None:
+        for rank in joins.grants():
+            me.comm.send(head.node_id, rank, JOIN)
+            me.log.step(f"Join slot for rank {rank} ({len(joins.granted)} of a window of {joins.window.size} in use)")
+
+    grant()
     while len(reports) < me.comm.size:
         message = me.comm.poll()
         if message is None:
@@ -190,6 +205,8 @@ def collect_reports(me: Rank, head: NodeInfo) -> list[Report]:
             if not payload.node_id:
                 what = "idle: its host's Ray node runs on the host's first rank"
             me.log.step(f"Worker on rank {source} with {what}")
+            joins.joined(source, started_a_node=bool(payload.node_id))
+            grant()
     return [reports[r] for r in sorted(reports)]
 
 
@@ -232,16 +249,20 @@ def follow(me: Rank) -> None:
         me.log.step("Ray node per host: this host's first rank runs the node; this rank stays idle")
         me.comm.send(_report(me), 0, REPORT)
     else:
-        node_ip = start_node(me, share, ports, head=False)
-        me.log.step(f"Worker on rank {me.rank} with ip {node_ip} will connect to {session.gcs_address}")
+        spec = start_node(me, share, ports, head=False)
+        me.log.step(f"Worker on rank {me.rank} with ip {spec.node_ip} will connect to {session.gcs_address}")
         wait_for_head(me)
-        me.node.release()
-        node = wait_until_alive(me)
+        if me.config.dry_run:
+            node = planned_node(me, spec)
+        else:
+            me.node.release()
+            node = join(me)
         me.log.step(
             f"Worker on rank {me.rank} with ip {node.ip} is connected! "
             f"(node {node.node_id[:12]}, {describe_resources(node)})"
         )
-        me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
+        if me.node is not None:
+            me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
         me.comm.send(_report(me, node), 0, REPORT)
 
 
@@ -250,7 +271,7 @@ def wait_for_end(me: Rank) -> int:
     reported_death = False
     give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
     while True:
-        me.comm.poll(0, HEAD_UP)  # an idle rank has no node to let go: drop it
+        me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
         if me.node is not None and me.node.alive and not me.settled and me.node.ray_started():
             send_settled(me)
         message = me.comm.poll(0, CONTROL)
@@ -314,17 +335,21 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     return resources.plan_host(config, views, me.port_block.base, gcs_port, me.rank == 0, me.env.cpus_per_task)
 
 
-def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> str:
-    """Prepare this rank's Ray node and start its `ray start` (held until released); returns its address."""
+def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head: bool) -> commands.NodeSpec:
+    """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so."""
     config, session = me.config, me.session
-    me.node = RayNode.prepare(
-        config.temp_dir, f"r{me.rank}",
-        output_path=ray_output_path(config.log_dir, session.job_id, me.rank),
-        kept_logs=ray_session_logs_path(config.log_dir, session.job_id, me.rank),
-        token=session.token,
-    )
+    if config.dry_run:
+        ray_dir = config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
+    else:
+        me.node = RayNode.prepare(
+            config.temp_dir, f"r{me.rank}",
+            output_path=ray_output_path(config.log_dir, session.job_id, me.rank),
+            kept_logs=ray_session_logs_path(config.log_dir, session.job_id, me.rank),
+            token=session.token,
+        )
+        ray_dir = me.node.ray_dir
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
-    spec = commands.NodeSpec(node_ip, str(me.node.ray_dir), share, ports, f"{me.host}-rank{me.rank}")
+    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}")
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
@@ -335,6 +360,9 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
         f"memory {share.memory >> 20} MiB, object store {share.object_store >> 20} MiB"
     )
     me.log.step(f"Ports: block {ports.node_manager - 1}-{ports.max_worker}" + (f", GCS {ports.gcs}" if head else ""))
+    if config.dry_run:
+        me.log.step(f"Dry run: would start Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
+        return spec
     me.log.step(f"Private dir (0700, token and Ray's temp dir): {me.node.private.path}")
     me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
     me.log.step(f"Ray output: {me.node.output_path}; Ray session logs kept in {me.node.kept_logs} at the end")
@@ -348,19 +376,52 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
             f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "
             f"ssh -L 8265:127.0.0.1:{ports.dashboard} {me.host}, then open http://localhost:8265"
         )
-    return node_ip
+    return spec
+
+
+def planned_node(me: Rank, spec: commands.NodeSpec) -> NodeInfo:
+    """--dry-run: the node this rank would have started, as if the GCS showed it."""
+    share = spec.share
+    return NodeInfo(f"dry-run-{me.rank}", spec.node_ip, spec.node_name, spec.temp_dir,
+                    {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
 
 
 def wait_for_head(me: Rank) -> None:
-    """Until rank 0 says the head registered (its `ray start` failing or rank 0 stopping the job end it too)."""
+    """Until rank 0 gives this rank a join slot: the head is ALIVE, and few enough nodes are joining
+    (this rank's `ray start` failing, or rank 0 stopping the job, end the wait too)."""
 
     def between() -> None:
-        me.node.check_running()
+        if me.node is not None:
+            me.node.check_running()
         me.check()
 
-    if poll_until(lambda: me.comm.poll(0, HEAD_UP), Deadline.since(me.session.started, me.config.startup_timeout),
+    if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.session.started, me.config.startup_timeout),
                   STARTUP_POLL, between) is None:
-        raise StartupTimeout(f"rank 0 did not report its head up within --startup-timeout {me.config.startup_timeout:g} s")
+        raise StartupTimeout(f"rank 0 gave this rank no join slot within --startup-timeout {me.config.startup_timeout:g} s "
+                             f"(its head was not up, or the nodes before it took that long to join)")
+
+
+def join(me: Rank) -> NodeInfo:
+    """This worker's node ALIVE: a `ray start` that failed as an overloaded GCS makes it fail (Ray gives a
+    raylet 30 s to register) is started again while the head is up, at most JOIN_ATTEMPTS times."""
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        try:
+            return wait_until_alive(me)
+        except NodeStartFailed as failure:
+            if attempt == JOIN_ATTEMPTS or not failure.retryable or not gcs_answers(me.session.gcs_address):
+                raise
+            me.log.warning(f"{failure}; the head is up: starting this rank's node again "
+                           f"(attempt {attempt + 1} of {JOIN_ATTEMPTS})")
+            me.node.restart(RAY_STOP_GRACE)
+
+
+def gcs_answers(address: str, timeout: float = 2.0) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def wait_until_alive(me: Rank) -> NodeInfo:

@@ -29,7 +29,7 @@ REPORT = 3  # all -> rank 0: node started and registered (or the error that prev
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
 LOCAL = 6  # within one host: resource and port split
-HEAD_UP = 7  # rank 0 -> all: the head is ALIVE, workers may let their `ray start` go
+JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting (the head may stop now)
 
 

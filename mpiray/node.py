@@ -33,10 +33,18 @@ from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, LaunchError, StartupTimeout
 from mpiray.gcs import NodeInfo
 from mpiray.guard import keep_ray_logs
-from mpiray.logs import NodeOutput, open_append, tail
+from mpiray.logs import NodeOutput, open_append
 
-STARTUP_POLL = 0.02  # seconds between reads of the node's output while it starts: on the critical path
+STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
+
+
+class NodeStartFailed(LaunchError):
+    """`ray start` exited before its node was ALIVE; retryable if it failed as an overloaded GCS makes it."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclass(frozen=True)
@@ -126,10 +134,21 @@ class RayNode:
 
     def start(self, argv: Sequence[str], env: dict[str, str]) -> None:
         """Run ray_node.py, which imports Ray's CLI now and runs `ray start` once released."""
-        with open_append(self.output_path) as out:
-            self.output = NodeOutput(self.output_path, out.tell())
-            self.proc = processes.start(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+        self._argv, self._env = list(argv), dict(env)
+        try:
+            out = open_append(self.output_path)
+        except OSError as error:
+            raise ConfigError(f"cannot write {self.output_path}: {error}") from None
+        self.output = NodeOutput(self.output_path)
+        self.proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+        self.output.copy(self.proc.stdout, out)
         self.guard.watch_group(self.proc)
+
+    def restart(self, grace: float) -> None:
+        """After a failed start: stop what is left of it, start `ray start` again and let it go."""
+        self.stop(grace)
+        self.start(self._argv, self._env)
+        self.release()
 
     def release(self) -> None:
         """Let `ray start` go (see ray_node.py)."""
@@ -147,16 +166,16 @@ class RayNode:
 
     def check_running(self) -> None:
         if self.exited():
-            raise LaunchError(
+            raise NodeStartFailed(
                 f"`ray start` exited with code {self.exit_code()} before its node joined: "
-                f"{tail(self.output_path)} (full output: {self.output_path})"
+                f"{self.output.tail()} (full output: {self.output_path})",
+                retryable=self.output.startup_timed_out,
             )
 
     def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
         """This node as the GCS shows it once ALIVE: ray_node.py prints that line into the node's output."""
 
         def alive():
-            self.output.new_lines()
             if self.output.watch_failed is not None:
                 raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} (see {self.output_path})")
             self.check_running()
@@ -167,7 +186,7 @@ class RayNode:
             self._dump_stacks()
             raise StartupTimeout(
                 f"this rank's Ray node was not ALIVE at {gcs_address} within --startup-timeout {timeout:g} s "
-                f"(`ray start` output: {tail(self.output_path)}; its threads' stacks are at the end of {self.output_path})"
+                f"(`ray start` output: {self.output.tail(settle=0)}; its threads' stacks are at the end of {self.output_path})"
             )
         self.alive = True
         return NodeInfo(**record)
@@ -182,7 +201,6 @@ class RayNode:
 
     def ray_started(self) -> bool:
         """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
-        self.output.new_lines()
         return self.output.ray_started or self.exited()
 
     def settle(self, deadline: Deadline) -> None:

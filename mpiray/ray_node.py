@@ -187,6 +187,14 @@ if __name__ == "__main__":
     if not sys.stdin.readline():
         sys.exit("mpiray: the launcher rank exited before it let `ray start` go")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # Ray's processes inherit stdin: not our pipe
+    fail_once = os.environ.get("MPIRAY_TEST_FAIL_JOIN")  # test hook: the first worker to get here fails
+    if fail_once and option(args, "address"):
+        try:
+            os.close(os.open(fail_once, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            sys.exit("Exception: The current node timed out during startup. This could happen because some "
+                     "of the raylet failed to startup or the GCS has become overloaded. (MPIRAY_TEST_FAIL_JOIN)")
+        except FileExistsError:
+            pass
     name, temp_dir = option(args, "node-name"), option(args, "temp-dir")
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
     if args[:1] == ["start"] and name and temp_dir:
