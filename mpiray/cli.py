@@ -10,7 +10,6 @@ the job's first task says why, in one line.
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import os
 import shlex
@@ -197,10 +196,16 @@ def unknown_settings(environ: Mapping[str, str], known: Sequence[str]) -> list[s
     for name in sorted(environ):
         if not name.upper().startswith("MPIRAY_") or name in known:
             continue
-        close = difflib.get_close_matches(name.upper().removeprefix("MPIRAY_"), suffixes, n=1)
+        close = _close_matches(name.upper().removeprefix("MPIRAY_"), suffixes)
         hint = f"did you mean {suffixes[close[0]]}?" if close else "see start_ray.py --help"
         warnings.append(f"{name} is not a setting of mpiray ({hint})")
     return warnings
+
+
+def _close_matches(name: str, choices) -> list[str]:
+    import difflib  # ~9 ms of import on every rank: only for a misspelling
+
+    return difflib.get_close_matches(name, choices, n=1)
 
 
 def _first_task(environ: Mapping[str, str]) -> bool:
@@ -342,7 +347,7 @@ def library_config(options: Mapping[str, object], environ: Mapping[str, str] | N
     argv = []
     for name, value in options.items():
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
+            close = _close_matches(name, names)
             hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(names))}"
             raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
         flag = "--" + name.replace("_", "-")
@@ -354,8 +359,13 @@ def library_config(options: Mapping[str, object], environ: Mapping[str, str] | N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if list(argv[:1]) == ["logs"]:  # `mpiray logs JOB`: read a job's rank logs (no MPI)
+        from mpiray import joblogs
+
+        return joblogs.main(argv[1:])
     try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
+        config = parse_args(argv)
     except ConfigError as error:
         _say(os.environ, "error", str(error))
         return error.exit_code

@@ -261,12 +261,15 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> d
 
     head_alive = head.joined if head else None
     ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
+    for time, rank, _, _, message in head.job_errors if head else ():
+        if rank != 0 and rank < size and not ranks[rank]["error"]:  # its own log does not say: rank 0's word
+            ranks[rank].update(status=FAILED, error=message, error_s=rel(time))
     phases = _phases(head, ranks, facts, rel)
     first_error = _first_error(facts, rel)
     never = [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
              if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None]
     exit_codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
-    hosts = sorted({entry["host"] for entry in ranks if entry["host"]})
+    hosts = sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural)
     return {
         "job_id": job_id,
         "job_dir": job_dir,
@@ -281,12 +284,17 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> d
         "phases": phases,
         "first_error": first_error,
         "never_reported": never,
-        "unfinished": [entry["rank"] for entry in ranks if entry["log_lines"] and entry["exit_code"] is None],
+        "unfinished": [entry["rank"] for entry in ranks if entry["has_log"] and entry["exit_code"] is None],
         "warnings": sorted(
             ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
             key=lambda w: w["s"],
         ),
     }
+
+
+def _natural(name: str) -> list:
+    """'node10' after 'node9'."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _stamp(seconds: float) -> str:
@@ -317,7 +325,7 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         "status": status,
         "exit_code": facts.exit_code,
         "log": facts.log or peer.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),
-        "log_lines": facts.first is not None,
+        "has_log": facts.first is not None,
         "first_s": rel(facts.first),
         "last_s": rel(facts.last),
         "last_step": facts.last_message,
@@ -330,8 +338,9 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
     # A worker's `ray start` may go once rank 0 lets it (its head ALIVE, or a join slot): before that it waits.
     release = peer.join_slot if peer.join_slot is not None else (head_alive if rank else None)
     entry["segments"] = _segments(facts, release, rel)
-    job_error = facts.job_errors[0][0] if facts.job_errors else None
-    entry["job_error_s"] = rel(job_error)
+    # An error about the job (a startup timeout), not about this rank's node: marked, not "failed".
+    own = [time for time, failed, *_ in facts.job_errors if failed == rank]
+    entry["job_error_s"] = rel(own[0]) if own else None
     return entry
 
 
@@ -363,9 +372,9 @@ def _segments(facts: RankFacts, release: float | None, rel) -> list[list]:
     marks = sorted(((t, kind) for t, kind in marks if t is not None), key=lambda m: (m[0], SEGMENTS.index(m[1])))
     end = facts.exit_time if facts.exit_time is not None else facts.last
     segments = []
-    for (start, kind), (stop, _) in zip(marks, marks[1:] + [(end, "")]):
+    for index, ((start, kind), (stop, _)) in enumerate(zip(marks, marks[1:] + [(end, "")])):
         start, stop = rel(start), rel(max(stop, start))
-        if stop > start or kind == "stopping":
+        if stop > start or index == len(marks) - 1:  # the last one even if the log stops right there
             segments.append([kind, start, stop])
     return segments
 
@@ -377,6 +386,7 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
     peers = head.peers
     stopped = [f for f in facts.values() if f.stopped is not None]
     last_stop = max(stopped, key=lambda f: f.stopped, default=None)
+    slowest = max(stopped, key=lambda f: f.stopped_seconds, default=None)
     exits = [f for f in facts.values() if f.exit_time is not None]
     last_exit = max(exits, key=lambda f: f.exit_time, default=None)
 
@@ -395,7 +405,8 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
         phase("driver start", head.driver_started, 0, head.driver),
         phase("driver end", head.driver_exited, 0, "" if head.driver_code is None else f"code {head.driver_code}"),
         phase("teardown", last_stop.stopped if last_stop else None, last_stop.rank if last_stop else None,
-              f"Ray stopped on {len(stopped)} ranks; slowest {last_stop.stopped_seconds:g} s" if last_stop else ""),
+              f"Ray stopped on {len(stopped)} ranks, slowest rank {slowest.rank} in {slowest.stopped_seconds:g} s"
+              + (f" ({slowest.sigkilled} needed SIGKILL)" if slowest.sigkilled else "") if slowest else ""),
         phase("exit", last_exit.exit_time if last_exit else None, last_exit.rank if last_exit else None,
               f"{len(exits)} of {len(ranks)} ranks logged their exit code"),
     ]
@@ -418,11 +429,12 @@ def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
 def _never_reported(entry: dict, facts: RankFacts | None, rel) -> dict:
     """Why a rank has no join line: no log, its own failure, rank 0 stopping it, or a log that just ends."""
     never = {"rank": entry["rank"], "host": entry["host"], "log": entry["log"], "why": "no log", "detail": "", "s": None}
-    if facts is None or facts.first is None:
+    if entry["status"] == FAILED:
+        return {**never, "why": "failed", "detail": entry["error"], "s": entry["error_s"]}
+    if facts is None:
         return never
-    if facts.errors:
-        time, error = facts.errors[0]
-        return {**never, "why": "failed", "detail": error, "s": rel(time)}
+    if facts.first is None:
+        return {**never, "why": "empty log"}
     stop = stopping_start(facts)
     progress = [step for step in facts.steps if stop is None or step[0] < stop] or facts.steps
     time, step = progress[-1]
@@ -477,14 +489,14 @@ def _subdirs(path: Path) -> list[Path]:
 
 def _rank_logs(job_dir: Path) -> dict[int, Path]:
     found = {}
-    for path in _subdirs_files(job_dir):
+    for path in _files(job_dir):
         match = RANK_LOG.match(path.name)
         if match:
             found[int(match.group(1))] = path
     return found
 
 
-def _subdirs_files(path: Path) -> list[Path]:
+def _files(path: Path) -> list[Path]:
     try:
         return [p for p in path.iterdir() if p.is_file()]
     except OSError:
@@ -510,13 +522,14 @@ def _short(text: str, width: int = 400) -> str:
 
 
 def _ranges(ranks: Sequence[int]) -> str:
-    parts, ranks = [], sorted(ranks)
-    while ranks:
-        start = end = ranks.pop(0)
-        while ranks and ranks[0] == end + 1:
-            end = ranks.pop(0)
-        parts.append(str(start) if start == end else f"{start}-{end}")
-    return ", ".join(parts)
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def format_report(report: dict, never_limit: int = 20) -> str:
@@ -533,7 +546,7 @@ def format_report(report: dict, never_limit: int = 20) -> str:
     if report["earlier_runs"]:
         out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
     out.append("")
-    rows = [("rank", "host", "ip", "resources", "joined", "status", "exit")]
+    rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
     for e in report["cluster"]:
         rows.append((str(e["rank"]), e["host"] or "?", e["ip"] or "-", e["resources_text"] or "-",
                      _seconds(e["joined_s"]), e["status"], "-" if e["exit_code"] is None else str(e["exit_code"])))
@@ -565,8 +578,8 @@ def format_report(report: dict, never_limit: int = 20) -> str:
             hosts = sorted({n["host"] for n in members if n["host"]})
             where = f" on {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}" if hosts else ""
             example = members[0]
-            if example["why"] == "no log":
-                out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: no log")
+            if example["why"] in ("no log", "empty log"):
+                out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example['why']}")
                 continue
             at = f"at {_seconds(example['s'])} s"
             if example["why"] != "failed":
@@ -610,9 +623,7 @@ class NoMatplotlib(Exception):
 def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     """One horizontal bar per rank (segments in COLOURS), the phases as dotted lines; returns (width, height) in pixels."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # a file, never a window (no display on a login node)
+        # A Figure without pyplot: drawn by Agg into the file, no window, no global backend switch.
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
@@ -635,6 +646,8 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     used = set()
     for e in ranks:
         y = e["rank"]
+        if e["status"] in (FAILED, NEVER_REPORTED):  # a light red row: found at a glance among 1000
+            ax.axhspan(y - 0.5, y + 0.5, color=ERROR_COLOUR, alpha=0.12, linewidth=0, zorder=0)
         for kind, start, stop in e["segments"]:
             used.add(kind)
             ax.barh(y, max(stop - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
@@ -642,7 +655,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
             if error is not None:
                 ax.plot([error], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
                         markeredgecolor="white", markeredgewidth=0.8, linestyle="none", zorder=5)
-        if not many and not e["log_lines"]:
+        if not many and not e["has_log"]:
             ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
         elif not many and e["exit_code"] is None and e["segments"]:
             ax.text(e["segments"][-1][2] + end * 0.006, y, "log ends", va="center", fontsize=8, color="#333333")
@@ -670,6 +683,8 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     handles = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
     if any(e["error_s"] is not None or e["job_error_s"] is not None for e in ranks):
         handles.append(Line2D([], [], marker="X", color=ERROR_COLOUR, linestyle="none", markersize=8, label="error"))
+    if any(e["status"] in (FAILED, NEVER_REPORTED) for e in ranks):
+        handles.append(Patch(color=ERROR_COLOUR, alpha=0.12, label="failed / never reported"))
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / height), ncol=len(handles),
                frameon=False, fontsize=9)
     fig.savefig(path)
@@ -708,7 +723,11 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     except OSError as error:
         print(f"mpiray logs: cannot read the job's logs: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report), flush=True)
+    try:
+        print(json.dumps(report, indent=2) if args.json else format_report(report), flush=True)
+    except BrokenPipeError:  # `mpiray logs JOB | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if args.png:
         try:
             width, height = draw_timeline(report, args.png)

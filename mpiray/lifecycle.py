@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import os
 import platform
-import secrets
 import socket
 import subprocess
 import time
 import traceback
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from typing import Callable
 
 from mpiray import commands, network, processes, resources, scheduler
@@ -35,6 +33,7 @@ from mpiray.joins import Joins, JoinWindow
 from mpiray.logs import RankLog, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HELLO, JOIN, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.node import NodeStartFailed, RayNode
+from mpiray.raycompat import ray_version
 from mpiray.reports import Report, Session, check_versions, describe_resources, print_summary, versions
 from mpiray.signals import StopRequest
 
@@ -139,7 +138,7 @@ def lead(me: Rank) -> list[Report]:
     if config.port and not network.port_is_free(config.port):
         raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
     share, ports = plan_host(me, job_id, gcs_port=config.port)
-    token = secrets.token_hex(32) if config.auth else None
+    token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
     if not config.auth:
         me.log.warning("--no-auth: anyone who can reach this cluster's ports can join it and run code")
     me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
@@ -327,7 +326,8 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     if problem:
         return [problem] * len(views)
     try:
-        me.port_block = network.free_block(job_id, nodes, reserved=gcs_port)
+        take = network.planned_block if config.dry_run else network.free_block
+        me.port_block = take(job_id, nodes, reserved=gcs_port)
     except ConfigError as error:
         return [str(error)] * len(views)
     for note in me.port_block.notes:
@@ -479,6 +479,8 @@ def finish(me: Rank, code: int) -> int:
             step()
         except Exception as error:
             me.log.error(f"teardown: could not {what}: {error!r} (continuing)")
+    me.log.step(f"MPI messages of this rank: {me.comm.sent + me.host_comm.sent} sent, "
+                f"{me.comm.received + me.host_comm.received} received")
     me.log.step(f"Exit code {code}")
     # Never learned the job id: under srun without PMI every task is "rank 0", so use the task rank.
     job_id = config.job_id or me.env.job_id or "unknown-job"
@@ -551,5 +553,5 @@ def _report(me: Rank, node: NodeInfo | None = None, error: str = "", exit_code: 
 def _log_context(me: Rank) -> None:
     me.log.step(
         f"mpiray on {me.host} (pid {os.getpid()}): rank {me.rank} of {me.comm.size}, {me.env.describe()}, "
-        f"{library_version()}, Ray {version('ray')}, Python {platform.python_version()}"
+        f"{library_version()}, Ray {ray_version()}, Python {platform.python_version()}"
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import ipaddress
 import socket
 from dataclasses import dataclass, field
 
@@ -61,6 +60,8 @@ def route_source(destination: str) -> str | None:
 
 
 def is_loopback(address: str) -> bool:
+    import ipaddress  # ~10 ms of import a rank: only when needed
+
     return ipaddress.ip_address(address).is_loopback
 
 
@@ -220,6 +221,13 @@ def _lock_blocks(prefix: str, base: int, count: int) -> tuple[list[socket.socket
             held.close()
         raise
     return locks, None
+
+
+def planned_block(job_id: str, ranks_on_host: int, reserved: int = 0) -> PortBlock:
+    """--dry-run: the first candidate block, neither checked nor locked (nothing will bind it)."""
+    size = BLOCK_SIZE * ranks_on_host
+    base = next(base for base in candidate_bases(job_id, ranks_on_host) if reserved not in range(base, base + size))
+    return PortBlock(base, size, notes=[f"dry run: ports {base}-{base + size - 1} planned, neither checked nor locked"])
 
 
 def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: str = LOCK_PREFIX) -> PortBlock:

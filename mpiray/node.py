@@ -17,7 +17,6 @@ prints the node's GCS record once ALIVE into the node's output, which wait_alive
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import stat
@@ -37,6 +36,7 @@ from mpiray.logs import NodeOutput, open_append
 
 STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
+NAME_CHARACTERS = string.ascii_lowercase + string.digits
 
 
 class NodeStartFailed(LaunchError):
@@ -69,7 +69,7 @@ class PrivateDir:
             raise ConfigError(problem)
         for _ in range(100):
             # 36**6 names: no one can plant them all. Short, as the socket paths below must stay short.
-            tag = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+            tag = "".join(NAME_CHARACTERS[byte % len(NAME_CHARACTERS)] for byte in os.urandom(6))
             path = root / f"mpiray-{os.getuid()}-{label}-{tag}"
             try:
                 path.mkdir(mode=0o700)

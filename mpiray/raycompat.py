@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import re
 import sys
+from pathlib import Path
+
+
+@functools.cache
+def ray_version() -> str:
+    """The installed Ray's version, without importing Ray (seconds) or importlib.metadata (~40 ms a rank)."""
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None:
+        return "not installed"
+    try:
+        text = Path(spec.origin).with_name("_version.py").read_text()
+        return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+    except (OSError, AttributeError):
+        from importlib.metadata import version
+
+        return version("ray")
 
 
 def reload_auth_settings() -> None:

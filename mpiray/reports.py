@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
-from importlib.metadata import version
 
 from mpiray.errors import LaunchError
+from mpiray.raycompat import ray_version
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def check_versions(reports: list[Report]) -> None:
 
 
 def versions(rank: int) -> dict:
-    versions = {"ray": version("ray"), "python": platform.python_version()}
+    versions = {"ray": ray_version(), "python": platform.python_version()}
     # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
     # report another version, as a rank started from another environment would.
     fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
