@@ -15,10 +15,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Mapping, Sequence
 
 # ---- the rank log's lines -------------------------------------------------------------------------
 
@@ -45,9 +45,9 @@ _STOPPED = re.compile(r"^Stopped (\d+) processes this rank started in ([\d.]+) s
 _EXIT = re.compile(r"^Exit code (-?\d+)")
 _SIGNAL = re.compile(r"^WARNING: (?:stopping on signal|signal \d+: SIGTERM to the driver)")
 # Rank 0's errors about other ranks: the job failed, rank 0's own node did not.
-_RELAYED = re.compile(r"^rank (\d+) on (\S+) failed: (.*) \(log: ([^)]*)\)$", re.S)
+_RELAYED = re.compile(r"^rank (\d+) on (\S+) failed: (.*) \(log: ([^)]*)\)$", re.DOTALL)
 _TIMED_OUT = re.compile(r"^\d+ worker\(s\) did not join within")
-_MISSING_PEER = re.compile(r"rank (\d+) on (\S+) \(log: ([^)]*)\)")
+_MISSING_PEER = re.compile(r"rank (\d+) on (\S+) \(log: ")
 _RESOURCES = re.compile(r"([\d.]+) CPUs, ([\d.]+) GPUs, ([\d.]+) GiB")
 
 
@@ -103,7 +103,6 @@ class Peer:
     """What rank 0's log says about another rank: all that is known of one whose log is missing."""
 
     host: str = ""
-    log: str = ""
     ip: str = ""
     resources: str = ""
     joined: float | None = None
@@ -175,7 +174,7 @@ def _read_line(facts: RankFacts, time: float, message: str) -> None:
         elif _TIMED_OUT.match(error):
             facts.job_errors.append((time, facts.rank, facts.host, facts.log, error))
             for peer in _MISSING_PEER.finditer(error):
-                _peer(facts, int(peer.group(1)), host=peer.group(2), log=peer.group(3))
+                _peer(facts, int(peer.group(1)), host=peer.group(2))
         else:
             facts.errors.append((time, error))
     elif message.startswith("WARNING: "):
@@ -209,7 +208,7 @@ def _read_line(facts: RankFacts, time: float, message: str) -> None:
         facts.driver_started, facts.driver = time, "the calling script (mpiray.init)"
     elif match := _DRIVER_EXITED.match(message):
         facts.driver_exited, facts.driver_code = time, int(match.group(1))
-    elif match := _ENDED.match(message):
+    elif _ENDED.match(message):
         facts.ended = time
     elif match := _STOPPED.match(message):
         facts.stopped, facts.stopped_count = time, int(match.group(1))
@@ -266,6 +265,8 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> d
             ranks[rank].update(status=FAILED, error=message, error_s=rel(time))
     phases = _phases(head, ranks, facts, rel)
     first_error = _first_error(facts, rel)
+    if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
+        first_error["log"] = ranks[first_error["rank"]]["log"]
     never = [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
              if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None]
     exit_codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
@@ -318,13 +319,14 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
     entry = {
         "rank": rank,
         "host": facts.host or peer.host,
+        "pid": facts.pid,
         "ip": facts.ip or peer.ip,
         "resources": parse_resources(resources),
         "resources_text": resources,
         "joined_s": None if idle else rel(joined),
         "status": status,
         "exit_code": facts.exit_code,
-        "log": facts.log or peer.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),
+        "log": facts.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),  # where it is, or would be
         "has_log": facts.first is not None,
         "first_s": rel(facts.first),
         "last_s": rel(facts.last),
@@ -401,14 +403,14 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
         phase("session sent", head.session_sent, 0),
         phase("head alive", head.joined, 0, head.ip),
         phase("last join", joined_at(last_join["rank"]) if last_join else None, last_join["rank"] if last_join else None,
-              f"{len(joined)} of {len(ranks) - 1} workers" if len(ranks) > 1 else ""),
+              f"the last of {len(joined)} of {len(ranks) - 1} workers to join" if len(ranks) > 1 else ""),
         phase("driver start", head.driver_started, 0, head.driver),
         phase("driver end", head.driver_exited, 0, "" if head.driver_code is None else f"code {head.driver_code}"),
         phase("teardown", last_stop.stopped if last_stop else None, last_stop.rank if last_stop else None,
-              f"Ray stopped on {len(stopped)} ranks, slowest rank {slowest.rank} in {slowest.stopped_seconds:g} s"
+              f"the last of {len(stopped)} ranks to stop its Ray; slowest: rank {slowest.rank}, {slowest.stopped_seconds:g} s"
               + (f" ({slowest.sigkilled} needed SIGKILL)" if slowest.sigkilled else "") if slowest else ""),
         phase("exit", last_exit.exit_time if last_exit else None, last_exit.rank if last_exit else None,
-              f"{len(exits)} of {len(ranks)} ranks logged their exit code"),
+              f"the last of {len(exits)} of {len(ranks)} ranks to log an exit code"),
     ]
 
 
@@ -688,7 +690,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / height), ncol=len(handles),
                frameon=False, fontsize=9)
     fig.savefig(path)
-    return int(round(width * 100)), int(round(height * 100))
+    return round(width * 100), round(height * 100)
 
 
 # ---- the command ------------------------------------------------------------------------------

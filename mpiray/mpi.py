@@ -113,9 +113,12 @@ class Comm:
         return Comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank), self.poll_interval)
 
 
-def finalize(code: int, timeout: float) -> None:
+def finalize(code: int, timeout: float, then_exit: bool = False) -> None:
     """MPI_Finalize, or exit with code after timeout seconds: it waits for every rank (a PMI barrier
-    under srun), and a rank that died never comes.
+    under srun), and a rank that died never comes. then_exit: exit with code right after it, as
+    mpi4py's own MPI_Finalize at the very end of the interpreter's exit did: `srun
+    --kill-on-bad-exit` SIGTERMs the ranks still running when the first exits non-zero, and a
+    Python interpreter takes tens of ms to wind down.
 
     MPI_Finalize is called through ctypes, which lets go of the GIL (mpi4py's does not), so that the
     watchdog thread can run while it waits.
@@ -126,8 +129,14 @@ def finalize(code: int, timeout: float) -> None:
         sys.stderr.flush()
         os._exit(code)
 
+    def leave() -> None:
+        if then_exit:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
     if MPI.Is_finalized():
-        return
+        return leave()
     watchdog = threading.Timer(timeout, give_up)
     watchdog.daemon = True
     watchdog.start()
@@ -137,6 +146,7 @@ def finalize(code: int, timeout: float) -> None:
     else:  # an MPI linked into mpi4py itself: no watchdog while it waits
         MPI.Finalize()
     watchdog.cancel()
+    leave()
 
 
 def _libmpi() -> ctypes.CDLL | None:

@@ -274,6 +274,27 @@ def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, 
     jobs.wait_until_gone(job_dir.name)
 
 
+@pytest.mark.slurm
+def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys, request):
+    # 8 ranks per host, 24 Ray nodes on 2 cores: without join slots two `ray start`s timed out
+    # (Ray gives a raylet 30 s to register) and the job failed.
+    started = time.monotonic()
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+         PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--", PYTHON, str(PROBE)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    probe = json.loads([line for line in result.stdout.splitlines() if line.startswith("PROBE ")][-1][6:])
+    assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
+    logs = rank_logs(job_dir, 24)
+    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    report(capsys, request, srun_to_exit=time.monotonic() - started,
+           ready=float(re.search(r"ready in ([\d.]+) s", result.stdout).group(1)))
+    jobs.wait_until_gone(job_dir.name)
+
+
 # ---- sbatch with the scripts in jobs/ --------------------------------------------------------
 
 
