@@ -133,7 +133,9 @@ def finalize(code: int, timeout: float, then_exit: bool = False) -> None:
         if then_exit:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(code)
+            # libc's exit, not os._exit: the MPI library's own exit handlers must run (without them
+            # hydra SIGKILLs the ranks still in MPI_Finalize), Python's wind-down need not.
+            ctypes.CDLL(None).exit(code)
 
     if MPI.Is_finalized():
         return leave()
