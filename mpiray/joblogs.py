@@ -43,6 +43,7 @@ _DRIVER_EXITED = re.compile(r"^Driver exited with code (-?\d+)")
 _ENDED = re.compile(r"^[Rr]ank 0 ended the job with exit code (-?\d+)")
 _STOPPED = re.compile(r"^Stopped (\d+) processes this rank started in ([\d.]+) s \((\d+) needed SIGKILL\)")
 _EXIT = re.compile(r"^Exit code (-?\d+)")
+_RETRY = re.compile(r"starting this rank's node again \(attempt (\d+) of")  # a join that failed as an overloaded GCS
 _SIGNAL = re.compile(r"^WARNING: (?:stopping on signal|signal \d+: SIGTERM to the driver)")
 # Rank 0's errors about other ranks: the job failed, rank 0's own node did not.
 _RELAYED = re.compile(r"^rank (\d+) on (\S+) failed: (.*) \(log: ([^)]*)\)$", re.DOTALL)
@@ -124,6 +125,7 @@ class RankFacts:
     last: float | None = None
     last_message: str = ""
     starting: float | None = None
+    join_attempts: int = 1  # more when a `ray start` failed and was started again
     joined: float | None = None
     ip: str = ""
     resources: str = ""
@@ -181,6 +183,8 @@ def _read_line(facts: RankFacts, time: float, message: str) -> None:
         facts.warnings.append((time, message[len("WARNING: "):]))
         if _SIGNAL.match(message) and facts.signal is None:
             facts.signal = time
+        if retry := _RETRY.search(message):
+            facts.join_attempts = int(retry.group(1))
     elif _SESSION_SENT.match(message):
         facts.session_sent = time
     elif _STARTING.match(message):
@@ -236,10 +240,13 @@ OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
 SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 
 
-def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> dict:
+def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]], changed: float | None = None) -> dict:
     """Every rank's log (rank -> (path, text)) -> the job's report: plain data, as `--json` prints it.
 
-    Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen).
+    Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
+    when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
+    least until their last line, and its guards wrote there when they died, so their last state is
+    drawn on until then, hatched.
     """
     facts = {rank: rank_facts(rank, text, path) for rank, (path, text) in logs.items()}
     head = facts.get(0)
@@ -260,6 +267,12 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> d
 
     head_alive = head.joined if head else None
     ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
+    unfinished = [entry for entry in ranks if entry["has_log"] and entry["exit_code"] is None]
+    changed_s = rel(changed) if unfinished else None
+    for entry in unfinished:
+        entry["logged_until_s"] = entry["last_s"]
+        if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
+            entry["segments"][-1][2] = changed_s
     for time, rank, _, _, message in head.job_errors if head else ():
         if rank != 0 and rank < size and not ranks[rank]["error"]:  # its own log does not say: rank 0's word
             ranks[rank].update(status=FAILED, error=message, error_s=rel(time))
@@ -285,7 +298,8 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]]) -> d
         "phases": phases,
         "first_error": first_error,
         "never_reported": never,
-        "unfinished": [entry["rank"] for entry in ranks if entry["has_log"] and entry["exit_code"] is None],
+        "unfinished": [entry["rank"] for entry in unfinished],
+        "job_dir_changed_s": changed_s,
         "warnings": sorted(
             ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
             key=lambda w: w["s"],
@@ -328,10 +342,12 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         "exit_code": facts.exit_code,
         "log": facts.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),  # where it is, or would be
         "has_log": facts.first is not None,
+        "logged_until_s": None,  # a log without an exit line: its last line (the bar goes on, hatched)
         "first_s": rel(facts.first),
         "last_s": rel(facts.last),
         "last_step": facts.last_message,
         "join_slot_s": rel(peer.join_slot),
+        "join_attempts": facts.join_attempts,
         "error": facts.errors[0][1] if facts.errors else "",
         "error_s": rel(facts.errors[0][0]) if facts.errors else None,
         "stopped": {"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
@@ -403,15 +419,19 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
         phase("session sent", head.session_sent, 0),
         phase("head alive", head.joined, 0, head.ip),
         phase("last join", joined_at(last_join["rank"]) if last_join else None, last_join["rank"] if last_join else None,
-              f"the last of {len(joined)} of {len(ranks) - 1} workers to join" if len(ranks) > 1 else ""),
+              f"{len(joined)} of {_count(len(ranks) - 1, 'worker')} joined" if len(ranks) > 1 else ""),
         phase("driver start", head.driver_started, 0, head.driver),
         phase("driver end", head.driver_exited, 0, "" if head.driver_code is None else f"code {head.driver_code}"),
         phase("teardown", last_stop.stopped if last_stop else None, last_stop.rank if last_stop else None,
-              f"the last of {len(stopped)} ranks to stop its Ray; slowest: rank {slowest.rank}, {slowest.stopped_seconds:g} s"
+              f"{_count(len(stopped), 'rank')} stopped their Ray; slowest: rank {slowest.rank}, {slowest.stopped_seconds:g} s"
               + (f" ({slowest.sigkilled} needed SIGKILL)" if slowest.sigkilled else "") if slowest else ""),
         phase("exit", last_exit.exit_time if last_exit else None, last_exit.rank if last_exit else None,
-              f"the last of {len(exits)} of {len(ranks)} ranks to log an exit code"),
+              f"{len(exits)} of {_count(len(ranks), 'rank')} logged an exit code"),
     ]
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"
 
 
 def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
@@ -507,7 +527,10 @@ def _files(path: Path) -> list[Path]:
 
 def read_job(job_dir: Path) -> dict:
     logs = {rank: (str(path), path.read_text(errors="replace")) for rank, path in _rank_logs(job_dir).items()}
-    return analyse(job_dir.name, str(job_dir), logs)
+    # The dir's own mtime moves when a guard keeps a killed rank's Ray logs there (ray-rank-NNNN).
+    changed = max([job_dir.stat().st_mtime] + [p.stat().st_mtime for p in _files(job_dir)])
+    local = datetime.fromtimestamp(changed)  # the logs' stamps are local time
+    return analyse(job_dir.name, str(job_dir), logs, (local - _EPOCH).total_seconds())
 
 
 # ---- text --------------------------------------------------------------------------------------
@@ -518,7 +541,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _short(text: str, width: int = 400) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
     text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -558,11 +581,13 @@ def format_report(report: dict, never_limit: int = 20) -> str:
         cells += [row[4].rjust(widths[4]), row[5].ljust(widths[5]), row[6].rjust(widths[6])]
         out.append("  " + "  ".join(cells).rstrip())
     out.append("")
-    out.append("phases (s after the first line):")
+    out.append("phases (s after the first line; the rank that logged it, last of all where many did):")
+    width = len(f"rank {report['ranks'] - 1}")
     for p in report["phases"]:
-        where = f"rank {p['rank']}" if p["rank"] is not None and p["s"] is not None else ""
-        detail = ", ".join(x for x in (where, p["detail"] if p["s"] is not None else "") if x)
-        out.append(f"  {p['phase']:<13} {_seconds(p['s']):>8}" + (f"  {_short(detail, 100)}" if detail else ""))
+        line = f"  {p['phase']:<13} {_seconds(p['s']):>8}"
+        if p["s"] is not None:
+            line += f"  {'rank ' + str(p['rank']) if p['rank'] is not None else '':<{width}}  {_short(p['detail'], 100)}"
+        out.append(line.rstrip())
     out.append("")
     error = report["first_error"]
     if error:
@@ -597,7 +622,13 @@ def format_report(report: dict, never_limit: int = 20) -> str:
         out.append("never reported: none")
     unfinished = report["unfinished"]
     if unfinished:
-        out.append(f"no exit line (killed, or still running): rank{'s' * (len(unfinished) != 1)} {_ranges(unfinished)}")
+        out.append(f"no exit line (killed, or still running): rank{'s' * (len(unfinished) != 1)} {_ranges(unfinished)}"
+                   + (f"; the job dir last changed at {report['job_dir_changed_s']:.2f} s"
+                      if report["job_dir_changed_s"] is not None else ""))
+    retried = [e for e in report["cluster"] if e["join_attempts"] > 1]
+    if retried:
+        out.append("joins tried again: " + ", ".join(f"rank {e['rank']} ({e['join_attempts']} attempts)" for e in retried[:20])
+                   + (f" and {len(retried) - 20} more" if len(retried) > 20 else ""))
     warnings = report["warnings"]
     if warnings:
         first = warnings[0]
@@ -652,7 +683,11 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
             ax.axhspan(y - 0.5, y + 0.5, color=ERROR_COLOUR, alpha=0.12, linewidth=0, zorder=0)
         for kind, start, stop in e["segments"]:
             used.add(kind)
-            ax.barh(y, max(stop - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
+            logged = stop if e["logged_until_s"] is None else min(stop, max(start, e["logged_until_s"]))
+            ax.barh(y, max(logged - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
+            if stop > logged:  # no line after its last one: it was killed somewhen up to here
+                ax.barh(y, stop - logged, left=logged, height=0.72, color=COLOURS[kind], alpha=0.35,
+                        hatch="///", edgecolor="white", linewidth=0)
         for error in (e["error_s"], e["job_error_s"]):
             if error is not None:
                 ax.plot([error], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
@@ -660,7 +695,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
         if not many and not e["has_log"]:
             ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
         elif not many and e["exit_code"] is None and e["segments"]:
-            ax.text(e["segments"][-1][2] + end * 0.006, y, "log ends", va="center", fontsize=8, color="#333333")
+            ax.text(e["segments"][-1][2] + end * 0.006, y, "no exit line", va="center", fontsize=8, color="#333333")
     phases = [p for p in report["phases"] if p["s"] is not None]
     for index, p in enumerate(sorted(phases, key=lambda p: p["s"])):
         ax.axvline(p["s"], color="#444444", linestyle=":", linewidth=1, zorder=4)
@@ -685,6 +720,9 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     handles = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
     if any(e["error_s"] is not None or e["job_error_s"] is not None for e in ranks):
         handles.append(Line2D([], [], marker="X", color=ERROR_COLOUR, linestyle="none", markersize=8, label="error"))
+    if report["job_dir_changed_s"] is not None:
+        handles.append(Patch(facecolor="#999999", alpha=0.35, hatch="///", edgecolor="white",
+                             label="after its last line (killed?)"))
     if any(e["status"] in (FAILED, NEVER_REPORTED) for e in ranks):
         handles.append(Patch(color=ERROR_COLOUR, alpha=0.12, label="failed / never reported"))
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / height), ncol=len(handles),
