@@ -60,9 +60,31 @@ class NodeSpec:
     node_name: str
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
+    # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
+    ray_client: bool = field(default_factory=lambda: _importable("grpc"))
 
 
-def _common(spec: NodeSpec) -> list[str]:
+@dataclass(frozen=True)
+class HeadPorts:
+    """What a head binds beyond NodePorts' slots when ray[default] is installed, from the top of its worker
+    range: Ray's defaults (Ray Client 10001, the dashboard's own metrics 44227) are shared by every job on a host.
+    """
+
+    max_worker: int
+    ray_client: int | None  # `ray start --head` serves Ray Client (ray://) whenever grpcio imports
+    dashboard_metrics: int | None  # a full dashboard process serves its own metrics (DASHBOARD_METRIC_PORT)
+
+
+def head_ports(spec: NodeSpec) -> HeadPorts:
+    top = spec.ports.max_worker
+    ray_client = top if spec.ray_client else None
+    top -= ray_client is not None
+    dashboard_metrics = top if spec.full_agent else None
+    top -= dashboard_metrics is not None
+    return HeadPorts(top, ray_client, dashboard_metrics)
+
+
+def _common(spec: NodeSpec, max_worker: int) -> list[str]:
     ports = spec.ports
     argv = [
         "--block",  # stays our child: never daemonized away from the rank that stops it
@@ -77,7 +99,7 @@ def _common(spec: NodeSpec) -> list[str]:
         f"--node-manager-port={ports.node_manager}",
         f"--object-manager-port={ports.object_manager}",
         f"--min-worker-port={ports.min_worker}",
-        f"--max-worker-port={ports.max_worker}",
+        f"--max-worker-port={max_worker}",
         f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
         f"--runtime-env-agent-port={ports.runtime_env_agent}",
         # ray_node.py starts the log monitor once the node is ALIVE: off the start's critical path.
@@ -94,7 +116,10 @@ def _common(spec: NodeSpec) -> list[str]:
 
 def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True) -> list[str]:
     """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent)."""
-    argv = [*ray, "start", "--head", f"--port={spec.ports.gcs}", *_common(spec)]
+    ports, extra = spec.ports, head_ports(spec)
+    argv = [*ray, "start", "--head", f"--port={ports.gcs}", *_common(spec, extra.max_worker)]
+    if extra.ray_client:  # given without grpcio, a port is an error
+        argv.append(f"--ray-client-server-port={extra.ray_client}")
     # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
     argv.append("--no-monitor")
     if not (metrics and spec.full_agent):
@@ -104,19 +129,25 @@ def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics
     # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
     # by every job on the host.
     argv += [f"--include-dashboard={'true' if dashboard else 'false'}", "--dashboard-host=127.0.0.1",
-             f"--dashboard-port={spec.ports.dashboard}"]
+             f"--dashboard-port={ports.dashboard}"]
     return argv
 
 
 def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list[str]:
-    return [*ray, "start", f"--address={gcs_address}", *_common(spec)]
+    return [*ray, "start", f"--address={gcs_address}", *_common(spec, spec.ports.max_worker)]
 
 
 def node_env(
-    environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None
+    environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
+    dashboard_metrics_port: int | None = None,
 ) -> dict[str, str]:
-    """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched)."""
+    """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched).
+
+    dashboard_metrics_port: the head's head_ports(spec).dashboard_metrics (Ray reads it from the environment).
+    """
     env = dict(environ)
+    if dashboard_metrics_port:
+        env["DASHBOARD_METRIC_PORT"] = str(dashboard_metrics_port)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)

@@ -1,0 +1,72 @@
+"""A clean launched run: no ERROR or E-level line from Ray, and every node's metrics endpoint answers.
+
+Given an agent port that nothing serves (a --minimal agent, without ray[default]), raylet and the GCS log
+"Failed to establish connection to the metrics exporter agent" when their retries run out, 30 s after
+they start: the driver stays 35 s, and Ray's own logs of every node are read too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT, launch
+from mpiray import commands
+
+# Ray's own log format, "[2026-11-23 15:38:07,407 E 32545 32545] ...", and Python's "... ERROR ...".
+ERROR_LINE = re.compile(r"^\S*\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ E \d+ \d+\]| E \d+ \d+\] |\bERROR\b")
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if ERROR_LINE.search(line)]
+
+
+def test_the_error_pattern_catches_rays_formats():
+    assert error_lines("\x1b[33m(raylet)\x1b[0m [2026-11-23 15:38:07,407 E 32545 32545] (raylet) main.cc:1108: x")
+    assert error_lines("(pid=gcs_server) [2026-11-23 15:38:06,479 E 32490 32490] (gcs_server) gcs_server.cc:1361: x")
+    assert error_lines("2026-11-23 15:38:06,479\tERROR worker.py:1 -- x")
+    assert not error_lines("[2026-11-23 15:38:06,479 I 32490 32490] (gcs_server) Everything is fine")
+    assert not error_lines("[train] trial 1: 0 errors, mean return 1.0")
+
+
+@pytest.fixture(scope="module")
+def job_of_35_s(tmp_path_factory):
+    """A 2-rank job whose driver stays 35 s and asks every node's metrics endpoint meanwhile."""
+    tmp_path = tmp_path_factory.mktemp("metrics")
+    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/metrics_probe.py"), "35"],
+                 tag="metrics", timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.seconds > 35
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("METRICS ")]
+    return run, json.loads(line[len("METRICS "):])
+
+
+@pytest.mark.slow
+def test_a_35_s_job_prints_no_error_line(job_of_35_s):
+    run, _ = job_of_35_s
+    found = error_lines(run.stdout + "\n" + run.stderr + "\n" + (run.job_dir / "driver.log").read_text())
+    assert not found, "ERROR/E lines in a clean run:\n" + "\n".join(found)
+    # What raylet and the GCS log themselves, whether or not the log monitor forwarded it in time.
+    ray_logs = sorted(run.job_dir.glob("ray-rank-*/raylet.out")) + sorted(run.job_dir.glob("ray-rank-*/gcs_server.out"))
+    assert len(ray_logs) == 3
+    found = [f"{log.parent.name}/{log.name}: {line}" for log in ray_logs for line in error_lines(log.read_text())]
+    assert not found, "E lines in Ray's logs:\n" + "\n".join(found)
+
+
+@pytest.mark.slow
+def test_every_node_exports_metrics_on_a_port_of_its_block(job_of_35_s):
+    run, nodes = job_of_35_s
+    assert len(nodes) == 2
+    problem = commands.metrics_agent_problem()
+    if problem:  # Ray without ray[default]: no agent serves metrics, and Ray is told so (no port to dial)
+        assert all(not node["port"] or node["port"] < 0 for node in nodes), nodes
+        assert not any("--metrics-export-port" in run.rank_log(rank) for rank in (0, 1))
+        pytest.skip(f"Ray's metrics agents cannot serve here: {problem}")
+    for rank, node in enumerate(nodes):
+        block = re.search(r"Ports: block (\d+)-(\d+)", run.rank_log(rank))
+        assert int(block.group(1)) <= node["port"] <= int(block.group(2)), (node, block.group(0))
+        assert node.get("status") == 200, node
+        assert node["content_type"].startswith("text/plain") and node["types"] > 0 and node["ray_samples"] > 0, node
