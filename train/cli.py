@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -53,11 +54,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         options = PARSERS[command](os.environ).parse_args(argv)
     except SystemExit as parser_exit:  # --help, or a bad flag already explained by argparse
         return int(parser_exit.code or 0)
-    if getattr(options, "mpi", False):
-        import mpiray
+    from train.console import quiet
 
-        mpiray.init()  # rank 0 returns connected to the cluster; the others serve, then exit with its code
-    return _run_reporting_errors(RUNNERS[command], OPTION_BUILDERS[command](options))
+    with contextlib.nullcontext() if command == "plot" or options.verbose else quiet(os.environ):
+        if getattr(options, "mpi", False):
+            import mpiray
+
+            mpiray.init()  # rank 0 returns connected to the cluster; the others serve, then exit with its code
+        return _run_reporting_errors(RUNNERS[command], OPTION_BUILDERS[command](options))
 
 
 def build_train_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -76,7 +80,14 @@ def build_train_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
                         help="start the Ray cluster over this program's MPI ranks first, with mpiray.init() "
                         "(mpirun -np N python -m train --mpi; MPIRAY_* variables set its options): rank 0 "
                         "trains, the other ranks serve as Ray nodes")
+    _add_verbose_flag(parser)
     return parser
+
+
+def _add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true",
+                        help="show everything Ray, Tune and RLlib print (by default their notes on their own "
+                             "internals, listed in train/console.py, and one line per checkpoint are left out)")
 
 
 def _add_algorithm_flags(parser: argparse.ArgumentParser) -> None:
@@ -187,6 +198,7 @@ def build_evaluate_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default: %(default)s)")
     parser.add_argument("--explore", action="store_true", help="sample actions instead of taking the greedy one")
     parser.add_argument("--seed", type=int, default=None, help="env seed")
+    _add_verbose_flag(parser)
     return parser
 
 
@@ -249,7 +261,8 @@ def plot_options(args: argparse.Namespace) -> PlotOptions:
 
 def evaluate_options(args: argparse.Namespace) -> EvaluateOptions:
     """Parsed evaluate flags -> EvaluateOptions."""
-    return EvaluateOptions(checkpoint=args.checkpoint, episodes=args.episodes, explore=args.explore, seed=args.seed)
+    return EvaluateOptions(checkpoint=args.checkpoint, episodes=args.episodes, explore=args.explore, seed=args.seed,
+                           verbose=args.verbose)
 
 
 def _run_train(options: TrainOptions) -> int:

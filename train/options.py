@@ -45,6 +45,7 @@ class TrainOptions:
     num_cpus: Optional[int] = None
     local_mode: bool = False
     stop_grace_s: float = 8.0
+    verbose: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,3 +66,4 @@ class EvaluateOptions:
     episodes: int = 10
     explore: bool = False
     seed: Optional[int] = None
+    verbose: bool = False

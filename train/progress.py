@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 
 from ray.tune import Callback
 
@@ -10,11 +11,19 @@ from train.config import lookup_metric
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC
 
 
+# Checkpoints saved in this process, by trial id: said once at the end instead of Tune's line for each.
+# Tune pickles callbacks into tuner.pkl and back on --resume, so the callback keeps no state of its own.
+CHECKPOINTS_SAVED: Counter = Counter()
+
+
 class ProgressLine(Callback):
-    """Print iteration, env steps, mean/min/max return and wall time for every result."""
+    """Print iteration, env steps, mean/min/max return and wall time for every result; count checkpoints."""
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         print(format_progress(trial.trial_id, result), file=sys.stderr, flush=True)
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        CHECKPOINTS_SAVED[trial.trial_id] += 1
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"[train] trial {trial.trial_id} failed; details in {trial.path}/error.txt",
@@ -31,3 +40,8 @@ def format_progress(trial_id: str, result: dict) -> str:
         f"max {lookup_metric(result, 'env_runners/episode_return_max'):.3f}) | "
         f"{result.get('time_total_s', 0.0):.1f} s"
     )
+
+
+def format_checkpoints(saved: int, kept: int) -> str:
+    """'checkpoints: 5 saved, 2 kept' (saved by this run; kept in the trial directory)."""
+    return f"checkpoints: {saved} saved, {kept} kept"

@@ -93,9 +93,11 @@ def _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_pa
     experiment_dir = _experiment_to_resume(options, algorithm, storage_path)
     if experiment_dir is not None:
         _say(f"resuming {experiment_dir}; its saved config (env runners too) and stop criteria apply")
+        _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
         return tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
     name = options.name or storage.experiment_name(algorithm, env.name)
     _say(f"results: {storage_path / name}; stop at {config.stop_criteria(options, env)}")
+    _say(f"TensorBoard: tensorboard --logdir {storage_path / name}")
     run_config = tune.RunConfig(
         name=name,
         storage_path=str(storage_path),
@@ -155,6 +157,11 @@ def _report_trial(result, options: TrainOptions) -> None:
         f"{metrics.get(ENV_STEPS_METRIC, 0):.0f} env steps, {metrics.get('time_total_s', 0):.1f} s, "
         f"mean return {mean_return:.3f}"
     )
+    from train.progress import CHECKPOINTS_SAVED, format_checkpoints
+
+    saved, kept = CHECKPOINTS_SAVED[metrics.get("trial_id")], len(list(Path(result.path).glob("checkpoint_*")))
+    if saved or kept:
+        _say(format_checkpoints(saved, kept))
     if result.checkpoint is not None:
         _say(f"last checkpoint: {result.checkpoint.path}")
     best = _best_checkpoint(result, options)
