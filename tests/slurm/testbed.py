@@ -605,6 +605,21 @@ def is_up(state_dir: str | Path | None = None) -> bool:
     )
 
 
+def _remove_stale_mpich_segments() -> None:
+    """MPICH's shared-memory segments that no process maps: ranks SIGKILLed mid-run leave them, and a
+    restarted testbed reuses job ids, whose ranks then hang or fail in MPI_Init on a stale one."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(maxsplit=5)[5].strip() for line in maps.read_text().splitlines()
+                          if line.count(" ") >= 5 and "/dev/shm/mpich_shm_" in line)
+        except OSError:
+            pass
+    for segment in Path("/dev/shm").glob("mpich_shm_*"):
+        if str(segment) not in mapped:
+            segment.unlink(missing_ok=True)
+
+
 def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Testbed:
     """Bring the testbed up (or return at once if it already is) and wait for idle nodes."""
     testbed = describe(state_dir)
@@ -620,6 +635,7 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
     if missing:
         raise TestbedError(f"{', '.join(missing)} not found; run tests/slurm/install.sh")
     down(state_dir)  # leftovers of a crashed run
+    _remove_stale_mpich_segments()
     try:
         _make_state_dir(testbed)
         _create_network(testbed)
