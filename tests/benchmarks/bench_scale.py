@@ -146,15 +146,19 @@ def main() -> int:
     parser.add_argument("--runs-24", type=int, default=5, help="runs of the 24-node case")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--skip-real", action="store_true", help="only the --dry-run part (no root needed)")
+    parser.add_argument("--per-host", default="1,2,4", help="ranks per host of the single runs (default 1,2,4)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    protocol = [protocol_run(ranks, scratch) for ranks in (16, 64, 256)]
+    protocol = []
+    for ranks in (16, 64, 256):
+        protocol.append(protocol_run(ranks, scratch))
+        print(protocol[-1], flush=True)
     real = []
     if not args.skip_real:
         started_here = not testbed.is_up()
         bed = testbed.up()
         try:
-            for per_host in (1, 2, 4):
+            for per_host in (int(n) for n in args.per_host.split(",")):
                 real.append(real_run(bed, per_host, scratch))
                 print(real[-1], flush=True)
             for _ in range(args.runs_24):
