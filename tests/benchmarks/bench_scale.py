@@ -118,6 +118,8 @@ def draw(real: list[dict], protocol: list[dict], path: Path) -> None:
     right.plot(ranks, [row["dry_s"] for row in protocol], "o-", label="start_ray.py --dry-run")
     right.plot(ranks, [row["bare_s"] for row in protocol], "s--", label="bare mpi4py barrier")
     right.set(title="The protocol alone, one host (mpirun)", xlabel="MPI ranks", ylabel="seconds", xscale="log")
+    right.set_xticks(ranks, [str(n) for n in ranks])
+    right.minorticks_off()
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
