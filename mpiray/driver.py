@@ -28,7 +28,8 @@ def run(config: Config, comm: Comm | None = None) -> int:
     me = lifecycle.setup(config, comm)
     code = lifecycle.outcome(me, lambda: drive(me, lifecycle.lead(me)) if me.rank == 0 else lifecycle.serve(me))
     code = lifecycle.finish(me, code)
-    mpi.finalize(code, lifecycle.FINALIZE_TIMEOUT, then_exit=True)
+    if not me.all_met:
+        mpi.abandon(code)
     return code
 
 

@@ -25,7 +25,6 @@ from typing import Iterator
 from mpiray import cli
 from mpiray.errors import ConfigError, LaunchError
 
-FINALIZE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,9 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
 
     me = lifecycle.setup(config, None if comm is None else mpi.Comm(comm))
     _cluster = cluster_ = _Cluster(me)
-    # MPI_Finalize at the interpreter's exit, with a deadline (after any exit=False MPI use).
-    atexit.register(lambda: mpi.finalize(cluster_.code, FINALIZE_TIMEOUT))
+    # mpi4py's MPI_Finalize runs at the interpreter's exit (after any exit=False MPI use); not if a
+    # rank died, whose closing PMI barrier would never end.
+    atexit.register(lambda: None if me.all_met else mpi.abandon(cluster_.code))
     if me.rank != 0:
         code = cluster_.end(lifecycle.outcome(me, lambda: lifecycle.serve(me)))
         if exit:

@@ -41,7 +41,6 @@ JOIN_ATTEMPTS = 3  # a worker's `ray start`, when it fails as an overloaded GCS 
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 DRIVER_POLL = 0.2  # seconds between checks while the driver runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
-FINALIZE_TIMEOUT = 10.0  # every rank passed the last barrier: MPI_Finalize takes milliseconds
 
 
 class Shutdown(LaunchError):
@@ -68,6 +67,7 @@ class Rank:
     settled_ranks: set[int] = field(default_factory=set)  # rank 0: ... whose `ray start` is done starting
     driver: subprocess.Popen | None = None
     view: resources.HostView | None = None
+    all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
 
     @property
     def rank(self) -> int:
@@ -490,7 +490,8 @@ def finish(me: Rank, code: int) -> int:
 
 
 def _meet(me: Rank) -> None:
-    if not me.comm.barrier(me.config.stop_grace + 30):
+    me.all_met = me.comm.barrier(me.config.stop_grace + 30)
+    if not me.all_met:
         me.log.warning("not every rank reached the end (one may have died): exiting anyway")
 
 

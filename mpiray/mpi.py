@@ -7,18 +7,12 @@ sleeps between polls.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
-import threading
 import time
 from typing import Any, Callable
 
-import mpi4py
-
-# mpi4py would call MPI_Finalize at exit, without a deadline: finalize() does it with one.
-mpi4py.rc.finalize = False
-from mpi4py import MPI  # noqa: E402  (after the setting)
+from mpi4py import MPI
 
 from mpiray.deadline import Deadline, poll_until
 
@@ -113,52 +107,16 @@ class Comm:
         return Comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank), self.poll_interval)
 
 
-def finalize(code: int, timeout: float, then_exit: bool = False) -> None:
-    """MPI_Finalize, or exit with code after timeout seconds: it waits for every rank (a PMI barrier
-    under srun), and a rank that died never comes. then_exit: exit with code right after it, as
-    mpi4py's own MPI_Finalize at the very end of the interpreter's exit did: `srun
-    --kill-on-bad-exit` SIGTERMs the ranks still running when the first exits non-zero, and a
-    Python interpreter takes tens of ms to wind down.
+def abandon(code: int) -> None:
+    """Exit with code without MPI_Finalize: after a rank died, its closing PMI barrier would never end.
 
-    MPI_Finalize is called through ctypes, which lets go of the GIL (mpi4py's does not), so that the
-    watchdog thread can run while it waits.
+    Otherwise mpi4py's own MPI_Finalize runs at the very end of the interpreter's exit, as it should:
+    a rank then leaves at once (srun --kill-on-bad-exit SIGTERMs those still running when the
+    first exits non-zero), and the MPI library's exit handlers run (it unlinks its shared memory).
     """
-
-    def give_up() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-    def leave() -> None:
-        if then_exit:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # libc's exit, not os._exit: the MPI library's own exit handlers must run (without them
-            # hydra SIGKILLs the ranks still in MPI_Finalize), Python's wind-down need not.
-            ctypes.CDLL(None).exit(code)
-
-    if MPI.Is_finalized():
-        return leave()
-    watchdog = threading.Timer(timeout, give_up)
-    watchdog.daemon = True
-    watchdog.start()
-    library = _libmpi()
-    if library is not None:
-        library.MPI_Finalize()
-    else:  # an MPI linked into mpi4py itself: no watchdog while it waits
-        MPI.Finalize()
-    watchdog.cancel()
-    leave()
-
-
-def _libmpi() -> ctypes.CDLL | None:
-    """The MPI library mpi4py loaded (its path from /proc/self/maps: dlopen then returns the same one)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1]
-            if "/libmpi" in path and ".so" in path:
-                return ctypes.CDLL(path)
-    return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def library_version() -> str:
