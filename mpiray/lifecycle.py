@@ -366,7 +366,10 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     me.log.step(f"Private dir (0700, token and Ray's temp dir): {me.node.private.path}")
     me.log.step(f"Starting Ray {'head' if head else 'worker'} node: {' '.join(argv)}")
     me.log.step(f"Ray output: {me.node.output_path}; Ray session logs kept in {me.node.kept_logs} at the end")
-    env = commands.node_env(dict(os.environ), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None)
+    env = commands.node_env(
+        dict(os.environ), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None,
+        dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head and config.dashboard else None,
+    )
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))

@@ -91,7 +91,7 @@ def load_cli(niced: bool):
     if lowered and not set_session_nice(0, seconds=30):
         print(f"mpiray: WARNING: could not set {AUTOGROUP} back to nice 0: this Ray node runs niced", flush=True)
     if not loaded:
-        sys.exit("mpiray: cannot import Ray's CLI (see the error above): pip install 'ray[rllib]'")
+        sys.exit("mpiray: cannot import Ray's CLI (see the error above): pip install 'ray[default]'")
     return loaded[0]
 
 
