@@ -272,6 +272,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     option("--join-window", type=_positive_count, default=64,
            help="the most worker nodes joining the head at once; the window starts at 8 and adapts to "
            "how fast nodes register (default: 64)")
+    option("--progress", choices=("auto", "on", "off"), default="auto",
+           help="rank 0's live start-up line ('12/24 ranks ready, 8 joining'), redrawn in place: auto shows it "
+           "when rank 0's stderr or its launcher's is a terminal, never in a batch log (default: auto)")
     parser.add_argument("--auth", action=argparse.BooleanOptionalAction,
                         default=_env_bool(environ, "MPIRAY_AUTH", True),
                         help="token authentication; --no-auth lets anyone who reaches the "
@@ -334,6 +337,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         ray_node_per=args.ray_node_per,
         join_window=args.join_window,
         dry_run=args.dry_run,
+        progress=args.progress,
     )
 
 

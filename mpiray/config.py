@@ -30,3 +30,4 @@ class Config:
     ray_node_per: str = "rank"  # "rank" or "host"
     join_window: int = 64  # the most workers that run `ray start` against the GCS at once
     dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster
+    progress: str = "auto"  # rank 0's live start-up line: "auto" (on a terminal), "on" or "off"

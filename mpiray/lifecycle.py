@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mpiray import commands, network, processes, resources, scheduler
+from mpiray import commands, network, processes, progress, resources, scheduler
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
@@ -33,6 +33,7 @@ from mpiray.joins import Joins, JoinWindow
 from mpiray.logs import RankLog, rank_log_path, ray_output_path, ray_session_logs_path
 from mpiray.mpi import CONTROL, EVENT, HELLO, JOIN, LOCAL, REPORT, SESSION, SETTLED, Comm, library_version
 from mpiray.node import NodeStartFailed, RayNode
+from mpiray.progress import Progress
 from mpiray.raycompat import ray_version
 from mpiray.reports import Report, Session, check_versions, describe_resources, print_summary, versions
 from mpiray.signals import StopRequest
@@ -155,7 +156,11 @@ def lead(me: Rank) -> list[Report]:
     if me.node is not None:
         me.log.step(f"Ray node processes: pids {' '.join(map(str, me.node.pids()))}")
 
-    reports = collect_reports(me, head, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)))
+    live = Progress(progress.terminal(config.progress), me.comm.size, me.started)
+    try:
+        reports = collect_reports(me, head, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)), live)
+    finally:
+        live.close()
     if not config.dry_run:  # the workers whose `ray start` the head must outlive
         me.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
     check_versions(reports)
@@ -166,9 +171,10 @@ def lead(me: Rank) -> list[Report]:
     return nodes
 
 
-def collect_reports(me: Rank, head: NodeInfo, joins: Joins) -> list[Report]:
+def collect_reports(me: Rank, head: NodeInfo, joins: Joins, live: Progress | None = None) -> list[Report]:
     """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
-    ones at the startup timeout."""
+    ones at the startup timeout. live: the terminal's start-up line."""
+    live = live or Progress(None, 0, 0.0)
     reports: dict[int, Report] = {0: _report(me, head)}
     hellos: dict[int, dict] = {}
     deadline = Deadline.since(me.started, me.config.startup_timeout)
@@ -180,6 +186,7 @@ def collect_reports(me: Rank, head: NodeInfo, joins: Joins) -> list[Report]:
 
     grant()
     while len(reports) < me.comm.size:
+        live.update(len(reports), len(joins.granted))
         message = me.comm.poll()
         if message is None:
             if deadline.expired():
