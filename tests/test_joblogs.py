@@ -15,6 +15,8 @@ import pytest
 
 from conftest import BIN, ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id
 from mpiray import cli, joblogs
+from mpiray.joblogs import parse, render, timeline
+from mpiray.joblogs.analyse import analyse as analyse_logs
 
 # ---- literal logs, shaped as real ones (trimmed) ----------------------------------------------------
 
@@ -88,7 +90,7 @@ TIMEOUT_RANK0 = """\
 
 def analyse(*logs: str | None, job_id: str = "j", changed: float | None = None) -> dict:
     texts = {r: (f"/j/rank-{r:04d}.log", t) for r, t in enumerate(logs) if t is not None}
-    return joblogs.analyse(job_id, "/j", texts, changed)
+    return analyse_logs(job_id, "/j", texts, changed)
 
 
 def by_rank(report: dict) -> dict[int, dict]:
@@ -103,7 +105,7 @@ def phase(report: dict, name: str) -> float | None:
 
 
 def test_lines_carry_time_rank_host_and_a_multi_line_message():
-    lines = joblogs.parse_lines(
+    lines = parse.parse_lines(
         "2026-11-23 15:00:00.250 rank 2 (gpu-node7): ERROR: unexpected failure:\n"
         "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n"
         "2026-11-23 15:00:01.000 rank 2 (gpu-node7): Exit code 1\n"
@@ -114,10 +116,10 @@ def test_lines_carry_time_rank_host_and_a_multi_line_message():
 
 
 def test_resources_are_read_from_either_sides_wording():
-    assert joblogs.parse_resources("node 54e0afa1b13c, 1 CPUs, 0 GPUs, 4.1 GiB") == \
+    assert parse.parse_resources("node 54e0afa1b13c, 1 CPUs, 0 GPUs, 4.1 GiB") == \
         {"cpus": 1.0, "gpus": 0.0, "memory_gib": 4.1}
-    assert joblogs.parse_resources("8 CPUs, 2 GPUs, 60.5 GiB, 2.9 s")["gpus"] == 2.0
-    assert joblogs.parse_resources("idle") == {}
+    assert parse.parse_resources("8 CPUs, 2 GPUs, 60.5 GiB, 2.9 s")["gpus"] == 2.0
+    assert parse.parse_resources("idle") == {}
 
 
 def test_a_clean_job_reads_as_a_table_and_its_phases():
@@ -168,7 +170,7 @@ def test_a_failed_start_names_the_failing_rank_first_and_the_ranks_that_never_re
     assert never[2]["why"] == "no log" and never[2]["host"] == "vm2"  # rank 0 heard from it
     assert never[3]["why"] == "failed"
     assert phase(report, "last join") is None and phase(report, "driver start") is None
-    text = joblogs.format_report(report)
+    text = render.format_report(report)
     assert "first error: rank 3 on vm at 0.16 s (log: /j/rank-0003.log)" in text
     assert "rank 2 on vm2: no log" in text
     assert re.search(r"^\s+3\s+vm\s+-\s+-\s+-\s+failed\s+2$", text, re.MULTILINE), text
@@ -206,10 +208,10 @@ def test_a_killed_jobs_logs_stop_mid_way():
     assert phase(report, "driver start") is not None and phase(report, "driver end") is None
     assert phase(report, "exit") is None
     assert ranks[0]["segments"][-1][0] == "driver"  # it ran until the log stops
-    text = joblogs.format_report(report)
+    text = render.format_report(report)
     assert "exit code unknown" in text and "no exit line (killed, or still running): ranks 0-1" in text
     # The job dir changed later (a guard kept a killed rank's Ray logs): the last state lasted at least until the kill.
-    lines = joblogs.parse_lines("2026-11-23 15:39:25.501 rank 0 (vm): -")
+    lines = parse.parse_lines("2026-11-23 15:39:25.501 rank 0 (vm): -")
     report = analyse(cut, None, changed=lines[0].time)
     assert report["job_dir_changed_s"] == pytest.approx(11.0)
     rank0 = by_rank(report)[0]
@@ -221,7 +223,7 @@ def test_ranks_missing_from_the_job_dir_come_from_rank_0s_count():
     report = analyse(OK_RANK0.replace("rank 0 of 2", "rank 0 of 6"))
     assert report["ranks"] == 6
     assert [n["rank"] for n in report["never_reported"]] == [2, 3, 4, 5]  # rank 1 joined, said rank 0
-    assert "ranks 2-5: no log" in joblogs.format_report(report)
+    assert "ranks 2-5: no log" in render.format_report(report)
     headless = analyse(None, FAILED_RANK1, None, FAILED_RANK3)
     assert headless["ranks"] == 4 and by_rank(headless)[0]["status"] == "never reported"
 
@@ -233,7 +235,7 @@ def test_a_reused_job_id_shows_the_last_run_only():
     rank1 = by_rank(report)[1]
     assert not rank1["has_log"] and rank1["segments"] == []  # the earlier run's lines are not this run's
     assert rank1["status"] == "ok" and rank1["joined_s"] == pytest.approx(3.263)  # as rank 0 heard it
-    lines, earlier = joblogs.last_run(joblogs.parse_lines(OK_RANK1 + OK_RANK1.replace("15:39:", "15:59:")))
+    lines, earlier = parse.last_run(parse.parse_lines(OK_RANK1 + OK_RANK1.replace("15:39:", "15:59:")))
     assert earlier == 1 and lines[0].message == "Waiting for broadcast..." and len(lines) == 8
 
 
@@ -268,7 +270,7 @@ def test_warnings_and_errors_with_tracebacks_read_in_one_line():
     report = analyse(OK_RANK0, rank1)
     assert by_rank(report)[1]["status"] == "failed" and by_rank(report)[1]["join_attempts"] == 2
     assert [w["rank"] for w in report["warnings"]] == [1, 1]
-    text = joblogs.format_report(report)
+    text = render.format_report(report)
     assert "  unexpected failure: ... RuntimeError: boom" in text
     assert "joins tried again: rank 1 (2 attempts)" in text
     assert "warnings: 2; first: rank 1 at 1.50 s: `ray start` exited with code 1" in text
@@ -324,7 +326,7 @@ def bar_pixels(png: Path) -> tuple[tuple[int, int], dict[str, int]]:
 
     pixels = (image.imread(png)[:, :, :3] * 255).round().astype(int)
     counts = {}
-    for kind, colour in joblogs.COLOURS.items():
+    for kind, colour in timeline.COLOURS.items():
         rgb = numpy.array([round(c * 255) for c in colors.to_rgb(colour)])
         counts[kind] = int((numpy.abs(pixels - rgb).sum(axis=2) <= 6).sum())
     return pixels.shape[:2], counts
@@ -333,7 +335,7 @@ def bar_pixels(png: Path) -> tuple[tuple[int, int], dict[str, int]]:
 def test_the_timeline_is_a_real_image_with_a_bar_per_rank(tmp_path):
     report = analyse(OK_RANK0, OK_RANK1)
     png = tmp_path / "timeline.png"
-    width, height = joblogs.draw_timeline(report, png)
+    width, height = timeline.draw_timeline(report, png)
     shape, counts = bar_pixels(png)
     assert shape == (height, width) and width == 1200 and 250 < height < 500
     legend_patch = 400  # a legend's colour box is ~20x10 pixels: a bar has far more

@@ -1,0 +1,114 @@
+"""The report (analyse.py) as the terminal shows it: the header, the cluster table, the phases, the errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _short(text: str, width: int = 400) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def format_report(report: dict, never_limit: int = 20) -> str:
+    """The report as the terminal shows it."""
+    out = []
+    hosts = report["hosts"]
+    code = report["exit_code"]
+    out.append(
+        f"mpiray job {report['job_id']}: {report['ranks']} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)}"
+        + (f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else "")
+        + f", exit code {code if code is not None else 'unknown'}"
+    )
+    out.append(f"logs: {report['job_dir']}" + (f"; first line {report['started']} (times below: seconds after it)" if report["started"] else ""))
+    if report["earlier_runs"]:
+        out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
+    out.append("")
+    rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
+    for e in report["cluster"]:
+        rows.append((str(e["rank"]), e["host"] or "?", e["ip"] or "-", e["resources_text"] or "-",
+                     _seconds(e["joined_s"]), e["status"], "-" if e["exit_code"] is None else str(e["exit_code"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [row[0].rjust(widths[0])] + [c.ljust(w) for c, w in zip(row[1:4], widths[1:4])]
+        cells += [row[4].rjust(widths[4]), row[5].ljust(widths[5]), row[6].rjust(widths[6])]
+        out.append("  " + "  ".join(cells).rstrip())
+    out.append("")
+    out.append("phases (s after the first line; the rank that logged it, last of all where many did):")
+    width = len(f"rank {report['ranks'] - 1}")
+    for p in report["phases"]:
+        line = f"  {p['phase']:<13} {_seconds(p['s']):>8}"
+        if p["s"] is not None:
+            line += f"  {'rank ' + str(p['rank']) if p['rank'] is not None else '':<{width}}  {_short(p['detail'], 100)}"
+        out.append(line.rstrip())
+    out.append("")
+    error = report["first_error"]
+    if error:
+        via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
+        out.append(f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} (log: {error['log']})")
+        out.append(f"  {_short(error['message'])}")
+    else:
+        out.append("first error: none")
+    never = report["never_reported"]
+    if never:
+        out.append(f"never reported (no join line): {len(never)} rank{'s' * (len(never) != 1)}")
+        groups = _never_groups(never)
+        for key, members in groups[:never_limit]:
+            ranks = [n["rank"] for n in members]
+            hosts = sorted({n["host"] for n in members if n["host"]})
+            where = f" on {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}" if hosts else ""
+            example = members[0]
+            if example["why"] in ("no log", "empty log"):
+                out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example['why']}")
+                continue
+            at = f"at {_seconds(example['s'])} s"
+            if example["why"] != "failed":
+                what = f"{key}; rank {example['rank']}'s {example['detail'].replace(': ', f' {at}: ', 1)}"
+            elif len(members) > 1:
+                what = f"{key} (e.g. rank {example['rank']} {at})"
+            else:
+                what = f"failed {at}: {example['detail']}"
+            out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {_short(what, 220)}")
+        if len(groups) > never_limit:
+            out.append(f"  ... and {len(groups) - never_limit} more kinds (see --json)")
+    else:
+        out.append("never reported: none")
+    unfinished = report["unfinished"]
+    if unfinished:
+        out.append(f"no exit line (killed, or still running): rank{'s' * (len(unfinished) != 1)} {_ranges(unfinished)}"
+                   + (f"; the job dir last changed at {report['job_dir_changed_s']:.2f} s"
+                      if report["job_dir_changed_s"] is not None else ""))
+    retried = [e for e in report["cluster"] if e["join_attempts"] > 1]
+    if retried:
+        out.append("joins tried again: " + ", ".join(f"rank {e['rank']} ({e['join_attempts']} attempts)" for e in retried[:20])
+                   + (f" and {len(retried) - 20} more" if len(retried) > 20 else ""))
+    warnings = report["warnings"]
+    if warnings:
+        first = warnings[0]
+        out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: {_short(first['message'], 160)}")
+    return "\n".join(out)
+
+
+def _never_groups(never: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Never-reported ranks grouped by what happened (a failure's text up to its details)."""
+    groups: dict[str, list[dict]] = {}
+    for n in never:
+        key = n["why"] if n["why"] != "failed" else "failed: " + n["detail"].splitlines()[0].split(" (")[0]
+        groups.setdefault(key, []).append(n)
+    return list(groups.items())
