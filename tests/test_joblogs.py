@@ -488,3 +488,13 @@ def _text(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+def test_the_readmes_example_is_what_the_tool_prints_for_the_committed_logs(monkeypatch, capsys):
+    """README's `mpiray logs` output of a real 3-host run is the tool's output for logs/example-3-hosts."""
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"<!-- mpiray logs logs/example-3-hosts -->\n```\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    assert joblogs.main(["logs/example-3-hosts"]) == 0
+    assert capsys.readouterr().out == shown
+    assert "3 ranks on 3 hosts" in shown and "exit code 0" in shown
