@@ -436,7 +436,10 @@ def gcs_answers(address: str, timeout: float = 2.0) -> bool:
 
 def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.session.started, me.config.startup_timeout)
-    return me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
+    node = me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
+    for note in me.node.output.compat_notes:  # said before the node's ALIVE line, so all here now
+        me.log.step(f"Ray compatibility: {note}")
+    return node
 
 
 def send_settled(me: Rank) -> None:

@@ -21,6 +21,9 @@
    node's task output to drivers) once the node is ALIVE, as `ray start` would have at once: its
    ~0.7 s of Python imports then no longer compete with the node's own start. It reads the log
    files from their beginning, so no output is lost.
+5. What an older Ray lacks (raycompat) it works around, and says so once in `mpiray-compat ...` lines,
+   which the rank copies into its log: e.g. before 2.55 a worker's --temp-dir is ignored, so this
+   process answers Ray's lookup of the head's temp dir with the rank's own.
 
 Run by its path (mpiray may not be installed); the rank side is lifecycle.release_node/wait_until_alive.
 """
@@ -39,9 +42,10 @@ if __name__ == "__main__":
     # Not this file's directory (its modules would shadow top-level names) but the one holding mpiray.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from mpiray.deadline import Deadline  # noqa: E402  (after the path is set)
+from mpiray import raycompat  # noqa: E402  (after the path is set)
+from mpiray.deadline import Deadline  # noqa: E402
 from mpiray.gcs import Gcs  # noqa: E402
-from mpiray.logs import ALIVE, WATCH_FAILED  # noqa: E402
+from mpiray.logs import ALIVE, COMPAT, WATCH_FAILED  # noqa: E402
 
 WATCH_INTERVAL = 0.1
 IMPORT_NICE = 10
@@ -123,6 +127,12 @@ def say(message: str) -> None:
     os.write(1, f"{message}\n".encode())  # one write: one whole line, whatever else writes here
 
 
+def say_compat_notes() -> None:
+    """What this Ray lacks and mpiray does instead, for the rank's log (logs.NodeOutput reads them)."""
+    for note in raycompat.take_notes():
+        say(COMPAT.decode() + note)
+
+
 def watch(address: str, name: str, temp_dir: str):
     gcs, started, errors = Gcs(address), time.monotonic(), set()
     while True:
@@ -136,30 +146,11 @@ def watch(address: str, name: str, temp_dir: str):
             if time.monotonic() - started > QUIET_SECONDS and str(error) not in errors:
                 errors.add(str(error))
                 say(f"mpiray: node {name}: GCS query failed: {error}")
+        say_compat_notes()
         if node is not None:
             say(ALIVE.decode() + json.dumps(asdict(node)))
             return gcs
-        time.sleep(WATCH_INTERVAL)
-
-
-def start_log_monitor(gcs_address: str, node_ip: str, temp_dir: str) -> None:
-    """Ray's log monitor for this node, started as Node.start_log_monitor does (Ray 2.60's own function)."""
-    import ray._private.services as services
-    from ray._common.ray_constants import LOGGING_ROTATE_BACKUP_COUNT, LOGGING_ROTATE_BYTES
-
-    session_dir = os.path.realpath(os.path.join(temp_dir, "session_latest"))
-    logs_dir = os.path.join(session_dir, "logs")
-    services.start_log_monitor(
-        session_dir,
-        logs_dir,
-        gcs_address,
-        node_ip,
-        fate_share=True,  # dies with this process (PR_SET_PDEATHSIG: with this thread, which never ends)
-        max_bytes=int(os.getenv("RAY_ROTATION_MAX_BYTES", LOGGING_ROTATE_BYTES)),
-        backup_count=int(os.getenv("RAY_ROTATION_BACKUP_COUNT", LOGGING_ROTATE_BACKUP_COUNT)),
-        stdout_filepath=os.path.join(logs_dir, "log_monitor.out"),
-        stderr_filepath=os.path.join(logs_dir, "log_monitor.err"),
-    )
+        time.sleep(raycompat.watch_interval(WATCH_INTERVAL))
 
 
 def watch_then_log(address: str, args: list[str], name: str, temp_dir: str) -> None:
@@ -171,7 +162,7 @@ def watch_then_log(address: str, args: list[str], name: str, temp_dir: str) -> N
     if "--include-log-monitor=false" not in args:
         return
     try:
-        start_log_monitor(gcs.address, option(args, "node-ip-address"), temp_dir)
+        raycompat.start_log_monitor(gcs.address, option(args, "node-ip-address"), temp_dir)
     except Exception as error:  # the node works without it; its task output stays in its log files
         say(f"mpiray: WARNING: could not start Ray's log monitor: {error!r}")
         return
@@ -197,6 +188,9 @@ if __name__ == "__main__":
             pass
     name, temp_dir = option(args, "node-name"), option(args, "temp-dir")
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
+    if args[:1] == ["start"] and temp_dir:
+        args = raycompat.keep_worker_temp_dir(args, temp_dir)
+        say_compat_notes()
     if args[:1] == ["start"] and name and temp_dir:
         threading.Thread(target=watch_then_log, args=(address, args, name, temp_dir), daemon=True).start()
     sys.argv = ["ray", *args]
