@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mpiray import scheduler
+from mpiray import raycompat, scheduler
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.errors import ConfigError
 
@@ -315,6 +315,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         driver = []
     elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
+    problem = raycompat.version_problem(raycompat.ray_version(), args.auth)
+    if problem:
+        raise ConfigError(problem)
     if args.redis_password is not None:
         _say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
              "is protected by a per-job token instead (see --auth).")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mpiray import raycompat
 from mpiray.cli import OTHER_VARIABLES, build_parser, main, parse_args, parse_bytes
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
@@ -241,6 +242,23 @@ def test_main_on_other_tasks_exits_2_silently(monkeypatch, capsys):
 def test_bad_boolean_in_environment_is_named():
     with pytest.raises(ConfigError, match="MPIRAY_AUTH='maybe'"):
         parse_args([], environ={"MPIRAY_AUTH": "maybe"})
+
+
+@pytest.mark.parametrize("version", ["2.51.2", "2.10.0", "1.13.1"])
+def test_a_ray_without_token_auth_is_refused_in_one_line_unless_no_auth(monkeypatch, capsys, version):
+    _environ(monkeypatch, {})
+    monkeypatch.setattr(raycompat, "ray_version", lambda: version)
+    assert main(["--", "python", "x.py"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert f"Ray {version} has no token authentication (Ray 2.52 and later do)" in error and "--no-auth" in error
+    assert parse_args(["--no-auth"], environ={}).auth is False  # then it starts (and warns that anyone may join)
+
+
+@pytest.mark.parametrize("version", ["2.52.0", "2.55.1", "2.60.0", "3.0.0.dev0", "not installed"])
+def test_every_ray_with_token_auth_is_accepted(monkeypatch, version):
+    monkeypatch.setattr(raycompat, "ray_version", lambda: version)
+    assert parse_args([], environ={}).auth
 
 
 def test_redis_password_is_accepted_and_explained(capsys):
