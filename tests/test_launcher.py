@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 HOST_CPUS = len(os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.smoke), 4])
 def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
     run = launch(tmp_path, ranks, tag=f"np{ranks}")
     assert run.returncode == 0, run.stderr
@@ -41,6 +41,7 @@ def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
     assert_nothing_left(run)
 
 
+@pytest.mark.smoke
 def test_task_output_on_every_node_reaches_the_driver(tmp_path):
     # Each node's log monitor streams its tasks' prints to the driver, as with a plain `ray start`.
     run = launch(tmp_path, 3, driver=[sys.executable, str(ROOT / "tests/drivers/task_output.py")], tag="output",
@@ -53,6 +54,7 @@ def test_task_output_on_every_node_reaches_the_driver(tmp_path):
     assert_nothing_left(run)
 
 
+@pytest.mark.smoke
 def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--exit", "3"], tag="exit3")
     assert run.returncode == 3, run.stderr
@@ -61,6 +63,7 @@ def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     assert_nothing_left(run)
 
 
+@pytest.mark.smoke
 def test_token_is_required_and_never_on_a_command_line_or_in_a_log(tmp_path):
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--unauthenticated-client"], tag="auth")
     assert run.returncode == 0, run.stderr
@@ -68,7 +71,9 @@ def test_token_is_required_and_never_on_a_command_line_or_in_a_log(tmp_path):
     token_file = run.probe()["env"]["RAY_AUTH_TOKEN_PATH"]
     assert not os.path.exists(token_file)  # removed with the temp dir at teardown
     for log in run.job_dir.glob("rank-*.log"):
-        assert "auth_token" not in log.read_text().replace("RAY_AUTH_TOKEN_PATH", "")
+        # Ray 2.52 logs the token file's path (not the token) whenever a process loads it: not ours to change.
+        lines = [line for line in log.read_text().splitlines() if "Loaded authentication token from file" not in line]
+        assert "auth_token" not in "\n".join(lines).replace("RAY_AUTH_TOKEN_PATH", "")
     assert_nothing_left(run)
 
 
@@ -107,6 +112,7 @@ def test_time_limit_stops_a_hanging_driver(tmp_path):
     assert_nothing_left(run)
 
 
+@pytest.mark.smoke
 def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
     marker = tmp_path / "driver-got-sigterm"
     job_id = new_job_id("sigterm")

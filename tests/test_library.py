@@ -61,6 +61,7 @@ def test_options_are_the_command_lines_checked_the_same_way():
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_rank_0_is_connected_to_every_node_and_the_others_never_return(tmp_path):
     result, job_dir = run_script(tmp_path, "ok")
     assert result.returncode == 0, result.stderr

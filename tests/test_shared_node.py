@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id
 from mpiray.logs import Tee
+from mpiray.raycompat import ray_version
 
 NOBODY = 65534
 as_another_user = pytest.mark.skipif(
@@ -72,6 +73,28 @@ def test_another_user_can_neither_read_nor_change_a_running_jobs_files(tmp_path,
     for path in kept:
         assert_no_world_writable(path)
     assert after["dirs"] and not any(os.path.exists(d) for d in after["dirs"])
+    assert_nothing_left(run)
+
+
+@pytest.mark.slow
+@pytest.mark.smoke
+def test_every_ray_node_keeps_its_files_in_its_ranks_private_dir(tmp_path):
+    """Workers' too: Ray before 2.55 ignores a worker's --temp-dir (it would use the head's dir), so
+    mpiray points it at the rank's own dir itself and says so in the rank's log."""
+    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/session_dirs.py")], tag="sessions")
+    assert run.returncode == 0, run.stderr
+    seen = line(run.stdout, "SESSIONS")
+    private = {int(rank): path for rank, path in seen["private"].items()}
+    assert sorted(private) == [0, 1] and len(seen["nodes"]) == 2  # a task ran on each node
+    for name, dirs in seen["nodes"].items():
+        own = private[int(name.rsplit("-rank", 1)[1])]
+        assert dirs["temp_dir"] == f"{own}/ray", (name, dirs, private)
+        assert dirs["session_dir"].startswith(f"{own}/ray/session_"), (name, dirs, private)
+    worker_ray_log = (run.job_dir / "rank-0001.ray.log").read_text()
+    assert "will be ignored" not in worker_ray_log  # Ray's own warning about a worker's --temp-dir
+    old_ray = tuple(map(int, ray_version().split(".")[:2])) < (2, 55)
+    assert ("ignores a worker's --temp-dir" in run.rank_log(1)) == old_ray
+    assert not any(os.path.exists(d) for d in private.values())
     assert_nothing_left(run)
 
 

@@ -182,6 +182,7 @@ def test_the_batch_scripts_are_all_there():
 
 
 @pytest.mark.slurm
+@pytest.mark.smoke
 def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, jobs, tmp_path):
     bed = slurm_testbed
     result = bed.run(
