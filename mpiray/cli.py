@@ -29,12 +29,12 @@ MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well insi
 MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
 
 # MPIRAY_* names that are not an option's MPIRAY_<OPTION>, so that a misspelled setting can be told
-# from these: read here (AUTH, DASHBOARD, DRIVER); set for the driver by lifecycle.py (NUM_NODES,
+# from these: read here (AUTH, DASHBOARD, METRICS, DRIVER); set for the driver by lifecycle.py (NUM_NODES,
 # TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the
 # test hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, DIR); the Slurm testbed (TESTBED_DIR,
 # KEEP_TESTBED).
 OTHER_VARIABLES = (
-    "MPIRAY_AUTH", "MPIRAY_DASHBOARD", "MPIRAY_DRIVER", "MPIRAY_DRY_RUN",
+    "MPIRAY_AUTH", "MPIRAY_DASHBOARD", "MPIRAY_METRICS", "MPIRAY_DRIVER", "MPIRAY_DRY_RUN",
     "MPIRAY_JOB_ID", "MPIRAY_LOG_DIR", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS",
     "MPIRAY_HEAD_IP", "MPIRAY_STOP_GRACE",
     "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN",
@@ -283,6 +283,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
                         default=_env_bool(environ, "MPIRAY_DASHBOARD", False),
                         help="start Ray's dashboard on the head, bound to 127.0.0.1 "
                         "(default: off) [env MPIRAY_DASHBOARD]")
+    parser.add_argument("--metrics", action=argparse.BooleanOptionalAction,
+                        default=_env_bool(environ, "MPIRAY_METRICS", True),
+                        help="Ray's metrics: every node exports them on a port of the job's block (needs "
+                        "ray[default]); --no-metrics collects none, which saves the head a core's worth of "
+                        "work when nodes are lost (default: on) [env MPIRAY_METRICS]")
     parser.add_argument("--dry-run", action="store_true", default=_env_bool(environ, "MPIRAY_DRY_RUN", False),
                         help="run the whole MPI protocol (session, host split, resources, ports, reports, exit "
                         "code) and log each rank's exact `ray start` line, but start no Ray and no driver; rank 0 "
@@ -337,6 +342,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         temp_dir=args.temp_dir,
         auth=args.auth,
         dashboard=args.dashboard,
+        metrics=args.metrics,
         ray_node_per=args.ray_node_per,
         join_window=args.join_window,
         dry_run=args.dry_run,

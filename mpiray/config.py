@@ -27,6 +27,7 @@ class Config:
     temp_dir: Path = Path("/tmp")
     auth: bool = True
     dashboard: bool = False
+    metrics: bool = True  # Ray's metrics collected and exported (with ray[default])
     ray_node_per: str = "rank"  # "rank" or "host"
     join_window: int = 64  # the most workers that run `ray start` against the GCS at once
     dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster

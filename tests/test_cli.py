@@ -162,13 +162,15 @@ def test_every_option_reads_its_variable_with_the_flags_conversion():
                "MPIRAY_PORT": "7000", "MPIRAY_NUM_CPUS": "3", "MPIRAY_NUM_GPUS": "1", "MPIRAY_HEAD_CPUS": "0",
                "MPIRAY_OBJECT_STORE_MEMORY": "2G", "MPIRAY_STOP_GRACE": "5", "MPIRAY_TIME_LIMIT": "60",
                "MPIRAY_INTERFACE": "ib0", "MPIRAY_TEMP_DIR": "/t", "MPIRAY_RAY_NODE_PER": "host",
-               "MPIRAY_AUTH": "yes", "MPIRAY_DASHBOARD": "on"}
+               "MPIRAY_AUTH": "yes", "MPIRAY_DASHBOARD": "on", "MPIRAY_METRICS": "off", "MPIRAY_PROGRESS": "on"}
     config = parse_args([], environ=environ)
     assert config.log_dir == Path("/l") and config.temp_dir == Path("/t")
     assert (config.job_id, config.startup_timeout, config.port) == ("j-1", 1.5, 7000)
     assert (config.num_cpus, config.num_gpus, config.head_cpus) == (3, 1, 0)
     assert (config.object_store_memory, config.stop_grace, config.time_limit) == (2 * 2**30, 5.0, 60.0)
     assert (config.interface, config.ray_node_per, config.auth, config.dashboard) == ("ib0", "host", True, True)
+    assert (config.metrics, config.progress) == (False, "on")
+    assert parse_args([], environ={}).metrics and not parse_args(["--no-metrics"], environ={}).metrics
 
 
 def test_a_bad_variable_is_an_error_even_when_the_flag_overrides_it():
