@@ -24,7 +24,8 @@ CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
 LOCAL = 6  # within one host: resource and port split
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
-SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting (the head may stop now)
+SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
+STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
 
 
 class Comm:
