@@ -554,12 +554,18 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path):
     assert interrupted_iterations < 5
     assert list(trial_dir.glob("checkpoint_*")), "no checkpoint written on SIGTERM"
 
-    resumed = run_train_command(["--env", "BasicEnv", "--resume", "--name", "sig", "--storage-path", str(tmp_path)])
+    # The same command again (as a requeued job script would run it): --name alone continues.
+    resumed = run_train_command(["--env", "BasicEnv", "--name", "sig", "--storage-path", str(tmp_path)])
     assert resumed.returncode == 0, resumed.stdout[-5000:]
-    assert "resuming" in resumed.stdout
+    assert f"continuing {tmp_path / 'sig'} from its last checkpoint (--name sig)" in resumed.stdout
     iterations = [int(row["training_iteration"]) for row in progress(trial_dir)]
     assert iterations == [1, 2, 3, 4, 5], "resume must continue from the checkpoint, not restart"
     assert json.loads((trial_dir / "result.json").read_text().splitlines()[-1])["done"] is True
+    # Once more: a finished experiment is not trained again by accident.
+    again = run_train_command(["--env", "BasicEnv", "--resume", "--name", "sig", "--storage-path", str(tmp_path)])
+    assert again.returncode == 0, again.stdout[-5000:]
+    assert f"{tmp_path / 'sig'} has finished (--name sig): nothing to do" in again.stdout
+    assert len(progress(trial_dir)) == 5
 
 
 @pytest.mark.slow

@@ -40,9 +40,11 @@ Other commands:
 EPILOG = """\
 Outputs: STORAGE_PATH/NAME/<trial>/ holds progress.csv, result.json, TensorBoard
 events (tensorboard --logdir STORAGE_PATH/NAME) and checkpoint_* directories.
-On SIGTERM (walltime, scancel) or Ctrl-C a checkpoint is saved before exiting;
-run again with --resume to continue. Exit codes: 0 done, 1 training failed,
-2 bad arguments or setup, 128+N stopped by signal N after saving.
+On SIGTERM (walltime, scancel, preemption) or Ctrl-C a checkpoint is saved before exiting.
+The same command continues the experiment from its last checkpoint: with --name, or in a
+requeued launcher job (same job id), by itself; a finished one is not trained again.
+Exit codes: 0 done, 1 training failed, 2 bad arguments or setup, 128+N stopped by signal N
+after saving.
 """
 
 
@@ -156,8 +158,9 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str,
                                   "the launcher's logs/, else ./results)")
     checkpoints.add_argument("--name", default=None, help="experiment name (default: ALGO_ENV_DATE-TIME)")
     checkpoints.add_argument("--resume", action="store_true",
-                             help="continue the experiment --name (or the newest ALGO_ENV_* one) if it "
-                                  "exists, else start it; safe to put in every job script")
+                             help="continue the newest unfinished ALGO_ENV_* experiment (an unfinished --name "
+                                  "or a requeued job's own experiment continues without it); a finished one "
+                                  "exits 0")
     checkpoints.add_argument("--stop-grace", dest="stop_grace_s", type=float, default=default_stop_grace(environ),
                              help="seconds after SIGTERM to wait for the checkpoint before exiting anyway; "
                                   "keep below the launcher's grace period (default: MPIRAY_STOP_GRACE - 2, "

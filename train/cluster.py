@@ -13,6 +13,9 @@ from typing import Iterator, Mapping, MutableMapping, Optional
 from mpiray import raycompat
 from mpiray.node import PrivateDir
 
+HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
+
+
 class ResourceError(ValueError):
     """The run asks for more CPUs/GPUs than the cluster has."""
 
@@ -25,6 +28,8 @@ class ClusterInfo:
     num_nodes: int
     total_cpus: float
     total_gpus: float
+    head_cpus: float = 0.0  # what the head node (rank 0's, under the launcher) offers
+    head_gpus: float = 0.0
 
 
 @contextlib.contextmanager
@@ -73,11 +78,27 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
 
     resources = ray.cluster_resources()
     alive_nodes = [node for node in ray.nodes() if node.get("Alive")]
+    head = next((node["Resources"] for node in alive_nodes if HEAD_RESOURCE in node.get("Resources", {})), {})
     return ClusterInfo(
         address=address,
         num_nodes=int(environ.get("MPIRAY_NUM_NODES") or len(alive_nodes)),
         total_cpus=float(environ.get("MPIRAY_TOTAL_CPUS") or resources.get("CPU", 0)),
         total_gpus=float(environ.get("MPIRAY_TOTAL_GPUS") or resources.get("GPU", 0)),
+        head_cpus=float(head.get("CPU", 0)),
+        head_gpus=float(head.get("GPU", 0)),
+    )
+
+
+def head_problem(algorithm_config, cluster: ClusterInfo) -> Optional[str]:
+    """Why the head node cannot hold the algorithm and its learners (None: it can)."""
+    bundles = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles
+    on_head = bundles[:1] + (bundles[-algorithm_config.num_learners:] if algorithm_config.num_learners else [])
+    cpus, gpus = sum(b.get("CPU", 0) for b in on_head), sum(b.get("GPU", 0) for b in on_head)
+    if cpus <= cluster.head_cpus and gpus <= cluster.head_gpus:
+        return None
+    return (
+        f"the head node has {cluster.head_cpus:g} CPUs and {cluster.head_gpus:g} GPUs, the algorithm and its "
+        f"learners need {cpus:g} and {gpus:g}"
     )
 
 

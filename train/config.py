@@ -9,12 +9,21 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
+from train.cluster import HEAD_RESOURCE
 from train.envs import EnvChoice
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 
 FRAMEWORKS = ("torch",)
 # Spread bundles over nodes so env runners are not packed onto the head node.
 PLACEMENT_STRATEGY = "SPREAD"
+# Ray's own resource of the head node: a bundle asking for a sliver of it is placed there.
+HEAD_NODE = {HEAD_RESOURCE: 0.001}
+# Losing a node: its env runners' actors restart (once the placement group finds room again) and
+# sampling goes on with the healthy ones; RLlib probes the lost ones before each training step
+# for at most this long (its default, 30 s, would stall every iteration while a node is gone).
+HEALTH_PROBE_TIMEOUT_S = 5.0
+# How long an env runner that failed on its own waits before it restarts (RLlib's default: 60 s).
+RESTART_DELAY_S = 5.0
 
 
 class AlgorithmNotFoundError(ValueError):
@@ -85,7 +94,11 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
         )
         .learners(**learners)
         .resources(placement_strategy=PLACEMENT_STRATEGY)
-        .fault_tolerance(restart_failed_env_runners=True)
+        .fault_tolerance(
+            restart_failed_env_runners=True,
+            env_runner_health_probe_timeout_s=HEALTH_PROBE_TIMEOUT_S,
+            delay_between_env_runner_restarts_s=RESTART_DELAY_S,
+        )
         .rl_module(model_config={"fcnet_hiddens": list(options.fcnet_hiddens)})
     )
     if needs_flattening(env.observation_space):
@@ -96,6 +109,15 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
         config.debugging(seed=options.seed)
     config.training(**_training_settings(config, options, learners["num_learners"]))
     return _apply_algo_config(config, options.algo_config)
+
+
+def pin_to_head(algorithm_config) -> None:
+    """Place the algorithm (the Tune trainable with its local learner) and any remote learners on the
+    head node, which is already the cluster's single point of failure (its GCS): then losing any
+    other node costs env runners only, which RLlib restarts."""
+    algorithm_config.resources(custom_resources_for_main_process=dict(HEAD_NODE))
+    if algorithm_config.num_learners > 0:
+        algorithm_config.learners(custom_resources_per_learner=dict(HEAD_NODE))
 
 
 def learner_settings(num_gpus: float) -> dict[str, Any]:

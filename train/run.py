@@ -31,6 +31,14 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         Path(options.storage_path) if options.storage_path else storage.default_storage_path(environ)
     )
     _print_legacy_flag_notes(options, environ)
+    experiment, why = _experiment_to_continue(options, algorithm, storage_path, environ)
+    status = storage.experiment_status(experiment) if experiment is not None else None
+    if status == "finished":
+        _say(f"{experiment} has finished ({why}): nothing to do. Give a new --name to train again")
+        return EXIT_OK
+    resume_dir = experiment if status in ("unfinished", "errored") else None
+    if resume_dir is not None:
+        _say(f"continuing {resume_dir} from its last checkpoint ({why})")
 
     # Checkpointing every iteration makes Tune warn that it snapshots its state often; that is intended.
     environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -38,13 +46,16 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
         cluster.check_resources(algorithm_config, ray_cluster)
+        _place_algorithm(algorithm_config, ray_cluster)
         storage.check_shared_storage(storage_path)
         _say(
             f"{algorithm} on {env.name}: {num_env_runners} env runners on a {ray_cluster.num_nodes}-node "
             f"cluster ({ray_cluster.total_cpus:g} CPUs, {ray_cluster.total_gpus:g} GPUs)"
         )
         _register_env(env)
-        tuner = _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_path)
+        name = experiment.name if experiment is not None else options.name or storage.experiment_name(algorithm, env.name)
+        tuner = _make_or_restore_tuner(options, algorithm_config, env, storage_path / name, resume_dir is not None)
+        storage.tag_experiment(storage_path / name, environ.get("MPIRAY_JOB_ID"))
         from train.interrupt import checkpoint_on_signal
 
         with checkpoint_on_signal(options.stop_grace_s) as stop_request:
@@ -81,7 +92,16 @@ def _register_env(env: EnvChoice) -> None:
     register_env(env.name, env.factory)
 
 
-def _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_path: Path):
+def _place_algorithm(algorithm_config, ray_cluster: cluster.ClusterInfo) -> None:
+    """The algorithm on the head node when it fits there (losing another node is then survivable)."""
+    problem = cluster.head_problem(algorithm_config, ray_cluster)
+    if problem is None:
+        config.pin_to_head(algorithm_config)
+    elif ray_cluster.num_nodes > 1:
+        _say(f"note: {problem}, so Tune places them on any node: losing that node ends the run")
+
+
+def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path, resume: bool):
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
@@ -90,17 +110,16 @@ def _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_pa
 
     # The class, not its name: a name makes Tune import (and register) every RLlib algorithm.
     trainable = algorithm_config.algo_class
-    experiment_dir = _experiment_to_resume(options, algorithm, storage_path)
-    if experiment_dir is not None:
-        _say(f"resuming {experiment_dir}; its saved config (env runners too) and stop criteria apply")
+    if resume:
+        # Tune restores the trials' saved configs: the algorithm's placement (and env runners) as saved.
+        _say("its saved config (env runners too) and stop criteria apply")
         _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
         return tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
-    name = options.name or storage.experiment_name(algorithm, env.name)
-    _say(f"results: {storage_path / name}; stop at {config.stop_criteria(options, env)}")
-    _say(f"TensorBoard: tensorboard --logdir {storage_path / name}")
+    _say(f"results: {experiment_dir}; stop at {config.stop_criteria(options, env)}")
+    _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
     run_config = tune.RunConfig(
-        name=name,
-        storage_path=str(storage_path),
+        name=experiment_dir.name,
+        storage_path=str(experiment_dir.parent),
         stop=config.stop_criteria(options, env),
         checkpoint_config=config.checkpoint_config(options),
         callbacks=[
@@ -111,21 +130,28 @@ def _make_or_restore_tuner(options, algorithm, algorithm_config, env, storage_pa
     return tune.Tuner(trainable, param_space=algorithm_config, run_config=run_config)
 
 
-def _experiment_to_resume(options: TrainOptions, algorithm: str, storage_path: Path) -> Optional[Path]:
-    if not options.resume:
-        return None
-    from ray.tune import Tuner
+def _experiment_to_continue(
+    options: TrainOptions, algorithm: str, storage_path: Path, environ: MutableMapping[str, str]
+) -> tuple[Optional[Path], str]:
+    """The experiment this run continues (or finds finished) and why; (None, "") for a new one.
 
+    --name names it; else a launcher job finds the one it started (a requeued job keeps its id);
+    else --resume takes the newest unfinished ALGO_ENV_* one.
+    """
     if options.name:
-        candidate = storage_path / options.name
-        if Tuner.can_restore(str(candidate)):
-            return candidate
-        _say(f"--resume: no experiment to resume at {candidate}; starting it")
-        return None
+        return storage_path / options.name, f"--name {options.name}"
+    job_id = environ.get("MPIRAY_JOB_ID")
+    tagged = storage.experiment_of_job(storage_path, job_id) if job_id else None
+    if tagged is not None:
+        restart = storage.restart_of(environ)
+        return tagged, f"job {job_id} started it" + (f"; this is its {restart}" if restart else "")
+    if not options.resume:
+        return None, ""
     latest = storage.latest_experiment(storage_path, storage.experiment_prefix(algorithm, options.env))
     if latest is None:
-        _say(f"--resume: no {algorithm} on {options.env} experiment in {storage_path}; starting a new one")
-    return latest
+        _say(f"--resume: no unfinished {algorithm} on {options.env} experiment in {storage_path}; starting a new one")
+        return None, ""
+    return latest, "--resume: the newest unfinished one"
 
 
 def _report(results, options: TrainOptions, stop_request) -> int:

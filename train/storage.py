@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import socket
 import uuid
@@ -11,6 +12,11 @@ from typing import Mapping, Optional
 
 PROBE_DIR_PREFIX = ".storage-probe-"
 SHARED_CHECK_TIMEOUT_S = 60.0
+# Tune's files in an experiment dir: tuner.pkl when the Tuner is made, experiment_state-<time>.json as it runs.
+TUNER_STATE = "tuner.pkl"
+EXPERIMENT_STATE = "experiment_state-*.json"
+# The launcher's job id, written into the experiments a job starts: a requeued job (same id) finds its own.
+JOB_TAG = ".mpiray-job-id"
 
 
 class StorageError(ValueError):
@@ -99,15 +105,63 @@ def experiment_prefix(algorithm: str, env: str) -> str:
 
 
 def latest_experiment(storage_path: Path, prefix: str) -> Optional[Path]:
-    """The most recently modified restorable experiment whose name starts with ``prefix``."""
-    from ray.tune import Tuner
-
+    """The most recently modified unfinished experiment whose name starts with ``prefix``."""
     candidates = [
         path
         for path in storage_path.glob(f"{prefix}*")
-        if path.is_dir() and Tuner.can_restore(str(path))
+        if path.is_dir() and experiment_status(path) in ("unfinished", "errored")
     ]
     return max(candidates, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def experiment_status(path: Path) -> Optional[str]:
+    """Where an experiment dir stands, from Tune's files (no Ray): None (no experiment), "unstarted",
+    "finished" (every trial TERMINATED), "errored" (every trial TERMINATED or ERROR) or "unfinished"
+    (a trial still PENDING/RUNNING/PAUSED: stopped by a signal, a requeue or a lost head)."""
+    if not (path / TUNER_STATE).is_file():
+        return None
+    states = sorted(path.glob(EXPERIMENT_STATE))  # Tune restores the newest, by name
+    if not states:
+        return "unstarted"
+    try:
+        trials = json.loads(states[-1].read_text())["trial_data"]
+        statuses = {json.loads(trial)["status"] for trial, _runtime in trials}
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unfinished"  # unreadable: let Tune's restore decide, and say what it finds
+    if not statuses:
+        return "unstarted"
+    if statuses == {"TERMINATED"}:
+        return "finished"
+    return "errored" if statuses <= {"TERMINATED", "ERROR"} else "unfinished"
+
+
+def tag_experiment(path: Path, job_id: Optional[str]) -> None:
+    """Mark the experiment dir as this launcher job's (a requeue of the job continues it)."""
+    if job_id:
+        (path / JOB_TAG).write_text(job_id + "\n")
+
+
+def experiment_of_job(storage_path: Path, job_id: str) -> Optional[Path]:
+    """The newest experiment under storage_path that the launcher job job_id started, if any."""
+    tagged = []
+    for tag in storage_path.glob(f"*/{JOB_TAG}"):
+        try:
+            if tag.read_text().strip() == job_id:
+                tagged.append(tag.parent)
+        except OSError:
+            continue
+    return max(tagged, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def restart_of(environ: Mapping[str, str]) -> Optional[str]:
+    """How the batch system says this job is a restart, e.g. "restart 1 (SLURM_RESTART_COUNT)"; None if not.
+
+    PBS keeps PBS_JOBID on qrerun and sets no count: the job tag finds the experiment there.
+    """
+    count = environ.get("SLURM_RESTART_COUNT", "").strip()
+    if count.isdigit() and int(count) > 0:
+        return f"restart {count} (SLURM_RESTART_COUNT)"
+    return None
 
 
 def _probe_from_node(probe_dir: str, node_id: str) -> str:

@@ -1,0 +1,97 @@
+"""Training that survives the batch system: which experiment a (requeued) job continues, from Tune's
+files; the algorithm placed on the head node. Real requeues and lost nodes: tests/test_slurm_training.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from train import storage
+
+
+def make_experiment(path: Path, *statuses: str, job_id: str | None = None) -> Path:
+    """An experiment dir as Tune leaves it: tuner.pkl, and experiment_state-*.json once trials ran."""
+    path.mkdir(parents=True)
+    (path / storage.TUNER_STATE).write_bytes(b"pickle")
+    if statuses:
+        trials = [[json.dumps({"trial_id": f"t{n}", "status": status}), "{}"] for n, status in enumerate(statuses)]
+        (path / "experiment_state-2026-11-23_10-00-00.json").write_text(json.dumps({"trial_data": trials}))
+    storage.tag_experiment(path, job_id)
+    return path
+
+
+def test_an_experiment_is_finished_only_when_every_trial_terminated(tmp_path):
+    assert storage.experiment_status(tmp_path / "none") is None
+    assert storage.experiment_status(make_experiment(tmp_path / "new")) == "unstarted"
+    assert storage.experiment_status(make_experiment(tmp_path / "done", "TERMINATED", "TERMINATED")) == "finished"
+    # A job stopped by SIGTERM or a requeue is saved with its trial RUNNING; Tune restores it as PENDING.
+    assert storage.experiment_status(make_experiment(tmp_path / "stopped", "TERMINATED", "RUNNING")) == "unfinished"
+    assert storage.experiment_status(make_experiment(tmp_path / "paused", "PAUSED")) == "unfinished"
+    assert storage.experiment_status(make_experiment(tmp_path / "failed", "ERROR", "TERMINATED")) == "errored"
+
+
+def test_the_newest_state_file_counts_and_an_unreadable_one_is_left_to_tune(tmp_path):
+    path = make_experiment(tmp_path / "x", "RUNNING")
+    newer = {"trial_data": [[json.dumps({"status": "TERMINATED"}), "{}"]]}
+    (path / "experiment_state-2026-11-23_11-00-00.json").write_text(json.dumps(newer))
+    assert storage.experiment_status(path) == "finished"
+    (path / "experiment_state-2026-11-23_12-00-00.json").write_text("{not json")
+    assert storage.experiment_status(path) == "unfinished"
+
+
+def test_a_requeued_job_finds_the_experiment_it_started(tmp_path):
+    old = make_experiment(tmp_path / "PPO_CartPole-v1_1", "RUNNING", job_id="4242")
+    make_experiment(tmp_path / "PPO_CartPole-v1_2", "RUNNING", job_id="4243")
+    make_experiment(tmp_path / "untagged", "RUNNING")
+    assert storage.experiment_of_job(tmp_path, "4242") == old
+    assert storage.experiment_of_job(tmp_path, "9999") is None
+    newer = make_experiment(tmp_path / "PPO_CartPole-v1_3", "RUNNING", job_id="4242")
+    os.utime(old, (1, 1))
+    assert storage.experiment_of_job(tmp_path, "4242") == newer
+
+
+def test_resume_picks_the_newest_unfinished_experiment_never_a_finished_one(tmp_path):
+    unfinished = make_experiment(tmp_path / "PPO_CartPole-v1_20261101-000000", "RUNNING")
+    finished = make_experiment(tmp_path / "PPO_CartPole-v1_20261102-000000", "TERMINATED")
+    os.utime(unfinished, (1, 1))
+    assert storage.latest_experiment(tmp_path, "PPO_CartPole-v1_") == unfinished
+    assert finished.exists()
+    assert storage.latest_experiment(tmp_path, "DQN_") is None
+
+
+def test_slurm_says_when_a_job_is_a_restart():
+    assert storage.restart_of({"SLURM_RESTART_COUNT": "2"}) == "restart 2 (SLURM_RESTART_COUNT)"
+    assert storage.restart_of({"SLURM_RESTART_COUNT": "0"}) is None
+    assert storage.restart_of({}) is None
+
+
+def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
+    from train import cluster, config
+
+    def bundles(algorithm_config):
+        return algorithm_config.algo_class.default_resource_request(algorithm_config).bundles
+
+    ppo = config.default_algorithm_config("PPO").env_runners(num_env_runners=3)
+    three_nodes = cluster.ClusterInfo(None, 3, 6.0, 0.0, head_cpus=2.0, head_gpus=0.0)
+    assert cluster.head_problem(ppo, three_nodes) is None
+    config.pin_to_head(ppo)
+    placed = bundles(ppo)
+    assert placed[0] == {"CPU": 1, cluster.HEAD_RESOURCE: 0.001}  # the algorithm with its local learner
+    assert all(cluster.HEAD_RESOURCE not in bundle for bundle in placed[1:])  # env runners anywhere
+
+    # A head without CPUs for it (--head-cpus 0): nothing is pinned, the caller says what that risks.
+    no_head_cpus = cluster.ClusterInfo(None, 3, 4.0, 0.0, head_cpus=0.0, head_gpus=0.0)
+    problem = cluster.head_problem(config.default_algorithm_config("PPO"), no_head_cpus)
+    assert problem == "the head node has 0 CPUs and 0 GPUs, the algorithm and its learners need 1 and 0"
+
+    # Two GPU learners: on the head with them, or on any node when the head has no GPUs.
+    two_learners = config.default_algorithm_config("PPO").env_runners(num_env_runners=2).learners(
+        num_learners=2, num_gpus_per_learner=1)
+    gpu_head = cluster.ClusterInfo(None, 2, 8.0, 2.0, head_cpus=4.0, head_gpus=2.0)
+    assert cluster.head_problem(two_learners, gpu_head) is None
+    config.pin_to_head(two_learners)
+    assert [cluster.HEAD_RESOURCE in bundle for bundle in bundles(two_learners)] == [True, False, False, True, True]
+    cpu_head = cluster.ClusterInfo(None, 2, 8.0, 2.0, head_cpus=4.0, head_gpus=0.0)
+    assert "need 1 and 2" in cluster.head_problem(config.default_algorithm_config("PPO").learners(
+        num_learners=2, num_gpus_per_learner=1), cpu_head)
