@@ -7,12 +7,16 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Iterator, Optional
 
 from ray.tune import Callback
 from ray.tune.result import SHOULD_CHECKPOINT
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Slurm (scancel, requeue, preemption) signals every process of the step, the driver too, and the
+# launcher passes its own SIGTERM on to the driver: signals this close together are one stop.
+SAME_STOP_S = 2.0
 
 
 class StopRequest:
@@ -20,6 +24,7 @@ class StopRequest:
 
     def __init__(self):
         self.signal_number: Optional[int] = None
+        self._first_at = 0.0
         self.grace_s = 0.0
         self.saved_trial_ids: set[str] = set()
         self.checkpoint_paths: list[str] = []
@@ -33,17 +38,21 @@ class StopRequest:
         return self._requested.is_set()
 
     def on_signal(self, signal_number, frame) -> None:
-        """Signal handler: first signal asks for a checkpoint, the second stops at once."""
+        """Signal handler: first signal asks for a checkpoint, a second one (later than
+        SAME_STOP_S) stops at once."""
         if self.requested:
+            if time.monotonic() - self._first_at < SAME_STOP_S:
+                return  # the batch system's own SIGTERM and the launcher's copy of it: one stop
             _say("second stop signal: stopping without waiting for a checkpoint")
             self.interrupt_tune()
             return
         self.signal_number = signal_number
+        self._first_at = time.monotonic()
         self._requested.set()
         _say(
             f"{signal.Signals(signal_number).name} received: saving a checkpoint at the end of "
-            f"the current iteration (waiting up to {self.grace_s:g} s), then exiting; "
-            "rerun with --resume to continue"
+            f"the current iteration (waiting up to {self.grace_s:g} s), then exiting; the same "
+            "command (or a requeue of this job) continues from it"
         )
         self._timer = threading.Timer(self.grace_s, self.interrupt_tune)
         self._timer.daemon = True
