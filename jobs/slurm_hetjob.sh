@@ -14,6 +14,8 @@
 #SBATCH --time=01:00:00
 #SBATCH --signal=TERM@120              # SIGTERM to every rank 2 minutes before the time limit
 #SBATCH --output=%x-%j.out             # the driver's output; per-rank logs: logs/JOB_ID/
+#SBATCH --requeue                      # preemption or `scontrol requeue`: the trainer continues
+#SBATCH --open-mode=append             # its experiment from the last checkpoint, same output file
 # -- component 0: the learner, one GPU node
 #SBATCH --partition=gpu
 #SBATCH --nodes=1

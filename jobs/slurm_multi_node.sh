@@ -17,6 +17,8 @@
 #SBATCH --time=01:00:00
 #SBATCH --signal=TERM@120              # SIGTERM to every rank 2 minutes before the time limit
 #SBATCH --output=%x-%j.out             # the driver's output; per-rank logs: logs/JOB_ID/
+#SBATCH --requeue                      # preemption or `scontrol requeue` starts the job again...
+#SBATCH --open-mode=append             # ...and its output file keeps the earlier runs' lines
 
 # ---- settings: edit them here, or set them in the environment you run sbatch from ------------
 # The mpiray checkout (start_ray.py), on a filesystem that every node sees.
@@ -25,6 +27,8 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # "module load conda && conda activate ray".
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
+# A requeued job keeps its id, and the trainer continues the experiment that id started from its
+# last checkpoint (a finished one is not trained again): nothing here changes between runs.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
 # Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
 # processes then get at most 5 s more). Keep it well below the 120 s notice above.

@@ -54,6 +54,8 @@ COMMAND_TIMEOUT_S = 30
 UP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.2
+# States in the job completion log of a run that Slurm ends and starts again (scontrol requeue, preemption).
+REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
 class TestbedError(RuntimeError):
@@ -162,7 +164,8 @@ class Testbed:
                               timeout=timeout, **kwargs)
 
     def job_result(self, job_id: int | str) -> JobResult | None:
-        """How a job ended, from the job completion log (`sacct --completion`); None until then.
+        """How a job ended, from the job completion log (`sacct --completion`); None until then
+        (a requeued job's earlier runs do not count).
 
         There is no slurmdbd, so plain `sacct` answers "accounting storage is disabled".
         """
@@ -171,6 +174,8 @@ class Testbed:
                           timeout=COMMAND_TIMEOUT_S, check=True)
         for line in result.stdout.splitlines():
             record_id, state, exit_code = line.split("|")
+            if state.split()[0] in REQUEUED:  # the end of a run that Slurm starts again
+                continue
             if record_id == str(job_id):
                 code, sig = exit_code.split(":")
                 return JobResult(state=state.split()[0], exit_code=int(code), signal=int(sig))
