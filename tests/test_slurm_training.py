@@ -44,10 +44,15 @@ def progress_rows(experiment_dir: Path) -> list[dict]:
 @pytest.mark.slurm
 @pytest.mark.train
 def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbed, jobs, tmp_path, capsys, request):
-    """scontrol requeue after the second checkpoint: the job starts again with the same script and
-    flags, continues the same experiment (iterations and env steps go on), and ends COMPLETED."""
+    """scontrol requeue after the second checkpoint (one every 2 iterations): the job starts again with
+    the same script and flags, continues the same experiment from its last checkpoint (iterations and
+    env steps go on) and ends COMPLETED.
+
+    Slurm SIGTERMs every process of the step, Ray's too, so the trainer's checkpoint on SIGTERM may
+    not get written; the periodic checkpoints (and Tune's experiment state, every 2 s) are what counts.
+    """
     bed = slurm_testbed
-    env = jobs.env(tmp_path, [*TRAIN, "--stop-iters", "8", "--checkpoint-frequency", "1"])
+    env = jobs.env(tmp_path, [*TRAIN, "--stop-iters", "8", "--checkpoint-frequency", "2"])
     # Requeue and an output file that keeps the first run's lines: what jobs/slurm_multi_node.sh asks for.
     job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
     results = tmp_path / "results"
@@ -73,7 +78,8 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     first_iteration, first_steps = map(int, re.search(r" iter (\d+) \| (\d+) env steps", second_run).groups())
     # The second run starts after the checkpoint it restored: the iteration count and the env-step
     # counter go on (a fresh start would say iter 1 and 400 env steps).
-    assert 3 <= first_iteration <= done_before + 1
+    # Restored from the second checkpoint (iteration 4) or a later one: a fresh start would be iteration 1.
+    assert 5 <= first_iteration <= done_before + 1
     assert first_steps >= 400 * first_iteration
     rows = progress_rows(experiment)
     assert int(rows[-1]["training_iteration"]) == 8
