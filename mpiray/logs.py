@@ -49,7 +49,7 @@ RAY_STARTUP_TIMEOUT = b"timed out during startup"  # ray/_private/node.py: a ray
 RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
 ALIVE = b"mpiray-node-alive "  # ray_node.py: "ALIVE {the node's GCS record as JSON}", one write
 WATCH_FAILED = b"mpiray-watch-failed "  # ray_node.py: its GCS watch ended without seeing the node
-COMPAT = b"mpiray-compat "  # ray_node.py: what this Ray lacks and what mpiray does instead (raycompat)
+COMPAT = b"mpiray-compat "  # ray_node.py: "KEY note": what this Ray lacks (a raycompat key) and what mpiray does instead
 
 
 class NodeOutput:
@@ -68,7 +68,7 @@ class NodeOutput:
         self.alive: dict | None = None  # the node's GCS record, once ray_node.py saw it ALIVE
         self.watch_failed: str | None = None  # why ray_node.py stopped watching, if it did
         self.startup_timed_out = False  # Ray gave up waiting for this node to register (GCS overloaded?)
-        self.compat_notes: list[str] = []  # ray_node.py's notes on what this Ray lacks, for the rank's log
+        self.compat: dict[str, str] = {}  # ray_node.py's notes on what this Ray lacks, by raycompat key
         self.closed = threading.Event()  # end of the pipe: every writer is gone
         self.last_lines: collections.deque[str] = collections.deque(maxlen=5)  # for error messages
 
@@ -83,7 +83,8 @@ class NodeOutput:
             if ALIVE in line and self.alive is None:
                 self.alive = json.loads(line[line.index(ALIVE) + len(ALIVE):])
             if COMPAT in line:
-                self.compat_notes.append(line[line.index(COMPAT) + len(COMPAT):].decode(errors="replace"))
+                key, _, note = line[line.index(COMPAT) + len(COMPAT):].decode(errors="replace").partition(" ")
+                self.compat[key] = note
             if WATCH_FAILED in line and self.watch_failed is None:
                 self.watch_failed = line[line.index(WATCH_FAILED) + len(WATCH_FAILED):].decode(errors="replace")
         return lines

@@ -129,8 +129,8 @@ def say(message: str) -> None:
 
 def say_compat_notes() -> None:
     """What this Ray lacks and mpiray does instead, for the rank's log (logs.NodeOutput reads them)."""
-    for note in raycompat.take_notes():
-        say(COMPAT.decode() + note)
+    for key, note in raycompat.take_notes():
+        say(f"{COMPAT.decode()}{key} {note}")
 
 
 def watch(address: str, name: str, temp_dir: str):
@@ -190,6 +190,7 @@ if __name__ == "__main__":
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
     if args[:1] == ["start"] and temp_dir:
         args = raycompat.keep_worker_temp_dir(args, temp_dir)
+        raycompat.check_stop_order()
         say_compat_notes()
     if args[:1] == ["start"] and name and temp_dir:
         threading.Thread(target=watch_then_log, args=(address, args, name, temp_dir), daemon=True).start()

@@ -8,6 +8,8 @@ mpiray does, a note says so once (take_notes(): ray_node.py prints them, the ran
 - 2.52-2.54: the GCS's node records have no temp_dir; a node is found by its (unique) name alone.
 - 2.52-2.53: the GCS client cannot ask for one node by name; the whole table is asked for and filtered here.
 - 2.52-2.53: Ray's log monitor takes no node address (it finds the node's address itself).
+- 2.52-2.56: `ray start` does not drain its node on SIGTERM, and a worker's raylet stopped after the
+  head waits for the gone GCS (SIGKILL 5 s later): rank 0 then stops the head after the workers.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ MIN_VERSION = (2, 52)  # the first Ray with token auth (RAY_AUTH_MODE=token)
 ALIVE = 0  # GcsNodeState.ALIVE
 SLOW_WATCH_INTERVAL = 0.5  # seconds between GCS queries that each read the whole node table
 
-_notes: list[str] = []  # what this process's Ray lacks, said once each (take_notes)
+# What this process's Ray was found to lack (keys below), each said once: (key, note) for take_notes.
+_notes: list[tuple[str, str]] = []
 _lacking: set[str] = set()
+NODE_SELECTORS = "node_selectors"  # the GCS client asks for one node by name
+WORKER_TEMP_DIR = "temp_dir"  # a worker's --temp-dir is honoured and recorded in the GCS
+DRAIN_ON_STOP = "drain_on_stop"  # `ray start` drains its node on SIGTERM: any stop order works
 
 
 @functools.cache
@@ -63,8 +69,8 @@ def reload_auth_settings() -> None:
         Config.initialize("")
 
 
-def take_notes() -> list[str]:
-    """The notes on what this process's Ray lacks that came up since the last call."""
+def take_notes() -> list[tuple[str, str]]:
+    """(key, note) for what this process's Ray lacks, found since the last call."""
     notes = _notes[:]
     del _notes[: len(notes)]
     return notes
@@ -73,7 +79,7 @@ def take_notes() -> list[str]:
 def _lacks(capability: str, note: str) -> None:
     if capability not in _lacking:
         _lacking.add(capability)
-        _notes.append(note)
+        _notes.append((capability, note))
 
 
 # ---- the GCS's node table (ray_node.py, inside `ray start`) ------------------------------------
@@ -88,7 +94,7 @@ def gcs_client(address: str):
 def alive_nodes(client, timeout: float, name: str | None = None) -> list[dict]:
     """The ALIVE nodes' records (only those called name, if given), as the fields of gcs.NodeInfo."""
     infos = None
-    if name is not None and "node_selectors" not in _lacking:
+    if name is not None and NODE_SELECTORS not in _lacking:
         # One node's record instead of the whole table: N nodes polling stay O(N), not O(N^2).
         from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
 
@@ -98,7 +104,7 @@ def alive_nodes(client, timeout: float, name: str | None = None) -> list[dict]:
         except TypeError as error:
             if "node_selectors" not in str(error):
                 raise
-            _lacks("node_selectors", f"Ray {ray_version()}'s GCS client cannot ask for one node: this node "
+            _lacks(NODE_SELECTORS, f"Ray {ray_version()}'s GCS client cannot ask for one node: this node "
                    f"reads the whole node table, less often ({SLOW_WATCH_INTERVAL:g} s)")
     if infos is None:
         infos = client.get_all_node_info(timeout=timeout)
@@ -118,7 +124,7 @@ def alive_nodes(client, timeout: float, name: str | None = None) -> list[dict]:
 
 def watch_interval(fast: float) -> float:
     """How often ray_node.py asks the GCS: less often where every query reads the whole node table."""
-    return SLOW_WATCH_INTERVAL if "node_selectors" in _lacking else fast
+    return SLOW_WATCH_INTERVAL if NODE_SELECTORS in _lacking else fast
 
 
 # ---- `ray start` on a worker, and the log monitor (ray_node.py) ---------------------------------
@@ -152,9 +158,22 @@ def keep_worker_temp_dir(args: list[str], temp_dir: str) -> list[str]:
         return read(gcs_client, key, namespace, *rest, **options)
 
     utils.internal_kv_get_with_retry = read_with_own_temp_dir
-    _lacks("temp_dir", f"Ray {ray_version()} ignores a worker's --temp-dir: mpiray points it at its private dir "
+    _lacks(WORKER_TEMP_DIR, f"Ray {ray_version()} ignores a worker's --temp-dir: mpiray points it at its private dir "
            f"itself; the GCS records no node's temp dir, so this node is found by its name alone")
     return [arg for arg in args if not arg.startswith("--temp-dir=")]
+
+
+def check_stop_order() -> None:
+    """Note DRAIN_ON_STOP if this Ray's `ray start` stops its node without draining it through the GCS.
+
+    Measured without it (2.52, 2.53, 2.56): a worker's raylet stopped while the head stops waits for
+    the GCS's answer to its unregistering and needs SIGKILL; from 2.57 (which drains) it never did.
+    """
+    from ray._private.node import Node
+
+    if not hasattr(Node, "_drain_node_before_shutdown"):
+        _lacks(DRAIN_ON_STOP, f"Ray {ray_version()} does not drain a node it stops, and a worker's raylet "
+               f"waits for a head already gone: the head stops after the workers' nodes")
 
 
 def start_log_monitor(gcs_address: str, node_ip: str, temp_dir: str) -> None:

@@ -69,8 +69,8 @@ def test_an_old_client_reads_the_table_filters_it_here_says_so_once_and_is_polle
         assert [n["name"] for n in raycompat.alive_nodes(client, 1.0, "h-rank1")] == ["h-rank1"]
     assert raycompat.alive_nodes(client, 1.0, "h-rank2") == []  # DEAD
     assert client.calls == 4  # the keyword is tried once, then never again
-    (note,) = raycompat.take_notes()
-    assert "cannot ask for one node" in note
+    ((key, note),) = raycompat.take_notes()
+    assert key == raycompat.NODE_SELECTORS and "cannot ask for one node" in note
     assert raycompat.take_notes() == []
     assert raycompat.watch_interval(0.1) == raycompat.SLOW_WATCH_INTERVAL
 
@@ -111,8 +111,8 @@ def test_a_worker_on_a_ray_without_per_node_temp_dirs_is_pointed_at_its_own(monk
     assert read(None, "temp_dir", KV_NAMESPACE_SESSION, num_retries=3) == b"/t/r1/ray"
     assert read(None, "session_name", KV_NAMESPACE_SESSION) == b"session_2026"
     assert asked == ["session_name"]  # the head's temp dir is never asked for
-    (note,) = raycompat.take_notes()
-    assert "ignores a worker's --temp-dir" in note
+    ((key, note),) = raycompat.take_notes()
+    assert key == raycompat.WORKER_TEMP_DIR and "ignores a worker's --temp-dir" in note
 
 
 def test_a_head_or_a_ray_with_per_node_temp_dirs_keeps_its_args(monkeypatch):
@@ -138,3 +138,15 @@ def test_the_installed_rays_capabilities_are_found_as_its_release_notes_say():
     assert raycompat.MIN_VERSION <= version < (2, 61)
     assert raycompat.per_node_temp_dirs() == (version >= (2, 55))
     assert ("node_selectors" in InnerGcsClient.get_all_node_info.__doc__) == (version >= (2, 54))
+    raycompat.check_stop_order()
+    assert (raycompat.DRAIN_ON_STOP in dict(raycompat.take_notes())) == (version < (2, 57))
+
+
+def test_the_rank_reads_the_notes_by_key_from_the_nodes_output(tmp_path):
+    from mpiray.logs import COMPAT, NodeOutput
+
+    output = NodeOutput(tmp_path / "rank-0001.ray.log")
+    output.feed(b"Ray says something\n" + COMPAT + b"drain_on_stop Ray 2.52.0 does not drain: the head stops last\n")
+    output.feed(b"half a line from Ray, then " + COMPAT + b"temp_dir Ray 2.52.0 ignores a worker's --temp-dir\n")
+    assert output.compat == {"drain_on_stop": "Ray 2.52.0 does not drain: the head stops last",
+                             "temp_dir": "Ray 2.52.0 ignores a worker's --temp-dir"}
