@@ -11,14 +11,19 @@ else
   echo "tests/run.sh: not root: the Slurm testbed tests will be skipped" >&2
 fi
 bash jobs/setup_env.sh test
+extra_envs=()
+[ $# -eq 0 ] && extra_envs=(ray-2.52)
+keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
+# The Slurm testbed stays up from one pytest run to the next; the last one takes it down (unless kept).
+[ ${#extra_envs[@]} -gt 0 ] && export MPIRAY_KEEP_TESTBED=1
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
-if [ $# -eq 0 ]; then
-  for name in ray-2.52; do
-    started=$SECONDS
-    echo "tests/run.sh: smoke set on $name (tests/envs.sh $name)" >&2
-    bash tests/envs.sh "$name" || status=$((status ? status : $?))
-    echo "tests/run.sh: $name took $((SECONDS - started)) s" >&2
-  done
-fi
+for i in "${!extra_envs[@]}"; do
+  name=${extra_envs[$i]}
+  [ "$i" -eq $((${#extra_envs[@]} - 1)) ] && export MPIRAY_KEEP_TESTBED=$keep_testbed
+  started=$SECONDS
+  echo "tests/run.sh: the smoke set on $name (bash tests/envs.sh $name)" >&2
+  bash tests/envs.sh "$name" || status=$((status ? status : $?))
+  echo "tests/run.sh: $name took $((SECONDS - started)) s" >&2
+done
 exit "$status"
