@@ -81,7 +81,7 @@ class Comm:
         """Receive and drop every message still addressed to this rank; returns how many.
 
         Call after the last barrier, right before finalize(). A rank that stopped on its own error
-        never reads some messages meant for it (rank 0's HEAD_UP and CONTROL). MPICH's MPI_Finalize
+        never reads some messages meant for it (rank 0's JOIN and CONTROL). MPICH's MPI_Finalize
         then fails on MPI_COMM_WORLD ("being freed has N unmatched message(s)") before its closing
         PMI barrier, which every other rank enters and never leaves: srun would never return.
         Waits until no message came for `quiet` seconds (one sent just before the barrier may still
