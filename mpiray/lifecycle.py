@@ -355,6 +355,9 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
             token=session.token,
         )
         ray_dir = me.node.ray_dir
+        if me.node.swept:
+            me.log.step(f"Removed {len(me.node.swept)} private dir(s) of this user's ranks that were killed before "
+                        f"they could (their job step was SIGKILLed): {' '.join(map(str, me.node.swept))}")
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}")
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host

@@ -6,6 +6,8 @@ The safety rules of a shared node live here:
   dirs) to 0777: harmless below a 0700 parent, which no other user can enter. The token lives
   beside `ray/`, not in it.
 - A guard process (guard.py) removes that dir, and kills the node's process group, if the rank dies.
+  When the batch system SIGKILLs every process of a job step, the guard goes too: the dir records
+  its owner (host, PID, start time), and the next rank of this user on the host removes it.
 - Ray's logs are kept beside the rank's own log with no group/other write bits, under a new name
   if a run with the same job id kept some there before.
 - Files the rank writes in the log dir are opened without following symlinks (logs.open_append).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import stat
 import string
 import subprocess
@@ -31,11 +34,12 @@ from mpiray import commands, processes
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, LaunchError, StartupTimeout
 from mpiray.gcs import NodeInfo
-from mpiray.guard import keep_ray_logs
+from mpiray.guard import keep_ray_logs, start_time
 from mpiray.logs import NodeOutput, open_append
 
 STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
+OWNER_FILE = "owner"  # "HOST PID START_TIME" of the process that made a private dir
 NAME_CHARACTERS = string.ascii_lowercase + string.digits
 
 
@@ -61,6 +65,10 @@ class PrivateDir:
     def token_path(self) -> Path:
         return self.path / "auth_token"
 
+    @property
+    def owner_path(self) -> Path:
+        return self.path / OWNER_FILE
+
     @classmethod
     def create(cls, root: Path, label: str) -> PrivateDir:
         """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
@@ -85,20 +93,47 @@ class PrivateDir:
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
                 raise ConfigError(f"the temp dir {path} is not a private directory of this user")
             private.ray_dir.mkdir(mode=0o700)
+            private._write(OWNER_FILE, f"{socket.gethostname()} {os.getpid()} {start_time(os.getpid())}\n")
             return private
         raise ConfigError(f"cannot find a free name for a temp dir in {root}")
 
     def write_token(self, token: str) -> Path:
+        return self._write(self.token_path.name, token)
+
+    def _write(self, name: str, text: str) -> Path:
+        path = self.path / name
         try:
-            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as out:
-                out.write(token)
+                out.write(text)
         except OSError as error:
-            raise ConfigError(f"cannot write the token file {self.token_path}: {error.strerror}") from None
-        return self.token_path
+            raise ConfigError(f"cannot write {path}: {error.strerror}") from None
+        return path
 
     def remove(self) -> None:
         shutil.rmtree(self.path)  # fd-based on Linux: a symlink inside is removed, never followed
+
+
+def remove_stale(root: Path) -> list[Path]:
+    """Remove this user's private dirs under root whose owner process on this host is gone (its job
+    step was SIGKILLed whole, guard included); return them. Only plain 0700 dirs of this user with an
+    owner file naming this host are touched; a dir still being made (no owner file yet) is left."""
+    removed = []
+    host, uid = socket.gethostname(), os.getuid()
+    for path in root.glob(f"mpiray-{uid}-*"):
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or stat.S_IMODE(info.st_mode) & 0o077:
+                continue
+            fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd) as owner_file:
+                owner_host, pid, started = owner_file.read(200).split()
+        except (OSError, ValueError):  # gone meanwhile, no owner file, or not ours to read
+            continue
+        if owner_host == host and start_time(int(pid)) != started:
+            shutil.rmtree(path, ignore_errors=True)  # another rank may be removing it too
+            removed.append(path)
+    return removed
 
 
 class RayNode:
@@ -114,10 +149,13 @@ class RayNode:
         self.output: NodeOutput | None = None
         self.alive = False  # seen ALIVE in the GCS
         self.kept: Path | None = None  # where close() kept Ray's logs
+        self.swept: list[Path] = []  # stale private dirs of killed ranks, removed by prepare()
 
     @classmethod
     def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
-        """The private dir (with the token) and its guard, before anything of Ray's runs."""
+        """The private dir (with the token) and its guard, before anything of Ray's runs; first,
+        the dirs of this user's ranks that were killed before they could remove theirs."""
+        swept = remove_stale(temp_root)
         private = PrivateDir.create(temp_root, label)
         try:
             node = cls(private, processes.Guard(private.path, kept_logs), output_path, kept_logs)
@@ -126,6 +164,7 @@ class RayNode:
             raise
         if token:
             node.token_path = private.write_token(token)
+        node.swept = swept
         return node
 
     @property

@@ -235,3 +235,70 @@ def test_a_full_disk_under_the_log_costs_log_lines_only(tmp_path):
         tee.close(timeout=5)
     assert (tmp_path / "terminal").read_text().count("\n") == 1000
     assert "No space left on device" in tee.error
+
+
+def make_private_dir_in_a_process_that_ends(root: Path) -> Path:
+    """A private dir whose owner is gone: what a job step SIGKILLed whole (guard included) leaves."""
+    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from mpiray.node import "
+                           "PrivateDir; p = PrivateDir.create(Path(sys.argv[1]), 'r0'); p.write_token('t'); print(p.path)",
+                           str(root)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    return Path(made.stdout.strip())
+
+
+@pytest.fixture
+def short_tmp():
+    """A temp root short enough for Ray's socket paths (pytest's tmp_path is too long)."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="mt", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@as_another_user
+def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_path, short_tmp):
+    from mpiray.node import PrivateDir, remove_stale
+
+    root = short_tmp
+    root.chmod(0o1777)  # like /tmp: anyone may create entries
+    stale = make_private_dir_in_a_process_that_ends(root)
+    live = PrivateDir.create(root, "r1").path  # this process's: alive
+    other_host = PrivateDir.create(root, "r2").path
+    (other_host / "owner").write_text("another-host 1 1\n")
+    half_made = root / f"mpiray-{os.getuid()}-r3-abcdef"  # made, owner file not yet written
+    half_made.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    # Another user plants what looks like ours: a dir with a dead owner, and a symlink to our data.
+    planted = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c",
+         "import os, sys; d = sys.argv[1] + '/mpiray-%d-r4-planted' % int(sys.argv[3]); "
+         "os.mkdir(d, 0o700); open(d + '/owner', 'w').write('%s 999999 0' % os.uname().nodename); "
+         "os.symlink(sys.argv[2], sys.argv[1] + '/mpiray-%d-r5-link' % int(sys.argv[3]))",
+         str(root), str(victim), str(os.getuid())], capture_output=True, text=True, timeout=60)
+    assert planted.returncode == 0, planted.stderr  # named after our uid, as an attacker would
+
+    removed = remove_stale(root)
+    assert removed == [stale] and not stale.exists()
+    assert live.exists() and other_host.exists() and half_made.exists()
+    assert (victim / "keep").read_text() == "mine"
+    assert (root / f"mpiray-{os.getuid()}-r4-planted").exists()  # another user's: never ours to remove
+    assert (root / f"mpiray-{os.getuid()}-r5-link").is_symlink()  # not followed, not removed
+
+
+@pytest.mark.slow
+def test_a_job_removes_the_private_dirs_that_killed_ranks_left(tmp_path, short_tmp):
+    """Slurm's SIGKILL of a whole job step takes each rank's guard too; the next job on the host
+    removes what they left (here under its own --temp-dir, as on a node-local /tmp)."""
+    temp = short_tmp
+    stale = [make_private_dir_in_a_process_that_ends(temp) for _ in range(2)]
+    run = launch(tmp_path, 2, args=["--temp-dir", str(temp)], tag="sweep")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not any(path.exists() for path in stale)
+    logs = run.rank_log(0) + run.rank_log(1)
+    assert "private dir(s) of this user's ranks that were killed" in logs
+    assert all(str(path) in logs for path in stale)
+    assert not list(temp.iterdir())  # and this job's own dirs are gone too
+    assert_nothing_left(run)
