@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mpiray import raycompat, scheduler
+from mpiray import commands, raycompat, scheduler
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.errors import ConfigError
 
@@ -320,7 +320,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         driver = []
     elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
-    problem = raycompat.version_problem(raycompat.ray_version(), args.auth)
+    problem = raycompat.version_problem(raycompat.ray_version(), args.auth) or raycompat.agent_http_problem(
+        args.auth, full_agent=commands.metrics_agent_problem() is None)
     if problem:
         raise ConfigError(problem)
     if args.redis_password is not None:

@@ -57,6 +57,30 @@ def version_problem(version: str, auth: bool) -> str | None:
             f"who reaches its ports join and run code; pip install 'ray[default]>=2.52', or pass --no-auth")
 
 
+def agent_http_problem(auth: bool, full_agent: bool, agent_source: str | None = None) -> str | None:
+    """Why this Ray's full dashboard agent (ray[default]) would let anyone who reaches a node run code
+    (None: it would not). Every node's agent serves an HTTP API, job submission included, on the
+    node's address; it checks the cluster's token only since Ray 2.54. A --minimal agent (Ray without
+    its [default] extras) serves no HTTP at all.
+
+    agent_source: the text of ray/dashboard/http_server_agent.py (read from the installed Ray).
+    """
+    if not (auth and full_agent):
+        return None
+    if agent_source is None:
+        spec = importlib.util.find_spec("ray")  # does not import Ray
+        try:
+            agent_source = Path(spec.origin).parent.joinpath("dashboard", "http_server_agent.py").read_text()
+        except (AttributeError, OSError, TypeError):
+            return None  # no such server in this Ray
+    if "get_token_auth_middleware" in agent_source:
+        return None
+    return (f"Ray {ray_version()}'s dashboard agent (it runs in full with ray[default]) serves job submission "
+            f"on every node without checking the token, so anyone who reaches a node could run code as you: "
+            f"use Ray 2.54 or later, or Ray without its extras (pip install 'ray=={ray_version()}', no metrics "
+            f"then), or pass --no-auth")
+
+
 def reload_auth_settings() -> None:
     """Have this process's Ray read RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH again.
 

@@ -150,3 +150,17 @@ def test_the_rank_reads_the_notes_by_key_from_the_nodes_output(tmp_path):
     output.feed(b"half a line from Ray, then " + COMPAT + b"temp_dir Ray 2.52.0 ignores a worker's --temp-dir\n")
     assert output.compat == {"drain_on_stop": "Ray 2.52.0 does not drain: the head stops last",
                              "temp_dir": "Ray 2.52.0 ignores a worker's --temp-dir"}
+
+
+def test_a_dashboard_agent_that_takes_jobs_without_the_token_is_refused_with_auth():
+    """Ray 2.52/2.53's full agent (ray[default]) serves job submission on every node without the token."""
+    old = "app = aiohttp.web.Application()\n"  # http_server_agent.py of Ray 2.52: no auth middleware
+    new = "from ray._private.authentication.http_token_authentication import get_token_auth_middleware\n"
+    problem = raycompat.agent_http_problem(True, full_agent=True, agent_source=old)
+    assert "serves job submission on every node without checking the token" in problem
+    assert "Ray 2.54 or later" in problem and "--no-auth" in problem
+    assert raycompat.agent_http_problem(True, full_agent=True, agent_source=new) is None
+    assert raycompat.agent_http_problem(True, full_agent=False, agent_source=old) is None  # --minimal: no HTTP
+    assert raycompat.agent_http_problem(False, full_agent=True, agent_source=old) is None  # --no-auth: said so
+    # The installed Ray (2.60 here, or the smoke environments') passes: else nothing would start.
+    assert raycompat.agent_http_problem(True, full_agent=True) is None
