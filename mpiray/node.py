@@ -39,7 +39,8 @@ from mpiray.logs import NodeOutput, open_append
 
 STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
-OWNER_FILE = "owner"  # "HOST PID START_TIME" of the process that made a private dir
+OWNER_FILE = "owner"  # "HOST BOOT_ID PID_NAMESPACE PID START_TIME" of the process that made a private dir
+GUARD_FILE = "guard"  # "PID START_TIME" of its guard
 NAME_CHARACTERS = string.ascii_lowercase + string.digits
 
 
@@ -93,7 +94,7 @@ class PrivateDir:
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
                 raise ConfigError(f"the temp dir {path} is not a private directory of this user")
             private.ray_dir.mkdir(mode=0o700)
-            private._write(OWNER_FILE, f"{socket.gethostname()} {os.getpid()} {start_time(os.getpid())}\n")
+            private._write(OWNER_FILE, f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
             return private
         raise ConfigError(f"cannot find a free name for a temp dir in {root}")
 
@@ -114,24 +115,49 @@ class PrivateDir:
         shutil.rmtree(self.path)  # fd-based on Linux: a symlink inside is removed, never followed
 
 
+def where_we_are() -> tuple[str, str, str]:
+    """(host, boot id, PID namespace): where a PID names the same process as here."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid").replace(" ", "")
+    except OSError:
+        boot = namespace = "unknown"
+    return socket.gethostname(), boot, namespace
+
+
+def _read_small(path: Path) -> list[str]:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd) as small:
+        return small.read(300).split()
+
+
+def _gone(pid: str, started: str) -> bool:
+    return start_time(int(pid)) != started
+
+
 def remove_stale(root: Path) -> list[Path]:
-    """Remove this user's private dirs under root whose owner process on this host is gone (its job
-    step was SIGKILLed whole, guard included); return them. Only plain 0700 dirs of this user with an
-    owner file naming this host are touched; a dir still being made (no owner file yet) is left."""
+    """Remove this user's private dirs under root that nobody tends any more (their job step was
+    SIGKILLed whole, rank and guard alike); return them. Only plain 0700 dirs of this user whose
+    owner file says they were made here (same host, boot and PID namespace) by a process that is
+    gone, and whose guard (if it started) is gone too, are touched: a dir still being made (no owner
+    file yet), one a guard is still tidying up, or one of a rank in another container is left."""
     removed = []
-    host, uid = socket.gethostname(), os.getuid()
+    here, uid = list(where_we_are()), os.getuid()
     for path in root.glob(f"mpiray-{uid}-*"):
         try:
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or stat.S_IMODE(info.st_mode) & 0o077:
                 continue
-            fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd) as owner_file:
-                owner_host, pid, started = owner_file.read(200).split()
-        except (OSError, ValueError):  # gone meanwhile, no owner file, or not ours to read
+            *made_at, pid, started = _read_small(path / OWNER_FILE)
+            if made_at != here or not _gone(pid, started):
+                continue
+            guard = _read_small(path / GUARD_FILE) if (path / GUARD_FILE).exists() else None
+            if guard and not _gone(*guard):
+                continue
+        except (OSError, ValueError, TypeError):  # gone meanwhile, no owner file yet, or not ours to read
             continue
-        if owner_host == host and start_time(int(pid)) != started:
-            shutil.rmtree(path, ignore_errors=True)  # another rank may be removing it too
+        shutil.rmtree(path, ignore_errors=True)  # another rank may be removing it too
+        if not path.exists():
             removed.append(path)
     return removed
 
@@ -159,6 +185,7 @@ class RayNode:
         private = PrivateDir.create(temp_root, label)
         try:
             node = cls(private, processes.Guard(private.path, kept_logs), output_path, kept_logs)
+            private._write(GUARD_FILE, f"{node.guard.proc.pid} {start_time(node.guard.proc.pid)}\n")
         except BaseException:
             shutil.rmtree(private.path, ignore_errors=True)
             raise

@@ -258,6 +258,7 @@ def short_tmp():
 
 @as_another_user
 def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_path, short_tmp):
+    from mpiray.guard import start_time
     from mpiray.node import PrivateDir, remove_stale
 
     root = short_tmp
@@ -265,7 +266,9 @@ def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_pat
     stale = make_private_dir_in_a_process_that_ends(root)
     live = PrivateDir.create(root, "r1").path  # this process's: alive
     other_host = PrivateDir.create(root, "r2").path
-    (other_host / "owner").write_text("another-host 1 1\n")
+    (other_host / "owner").write_text("another-host same-boot same-pid-namespace 1 1\n")
+    being_tidied = make_private_dir_in_a_process_that_ends(root)  # its guard still at work: ours, alive
+    (being_tidied / "guard").write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
     half_made = root / f"mpiray-{os.getuid()}-r3-abcdef"  # made, owner file not yet written
     half_made.mkdir(mode=0o700)
     victim = tmp_path / "victim"
@@ -282,7 +285,7 @@ def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_pat
 
     removed = remove_stale(root)
     assert removed == [stale] and not stale.exists()
-    assert live.exists() and other_host.exists() and half_made.exists()
+    assert live.exists() and other_host.exists() and half_made.exists() and being_tidied.exists()
     assert (victim / "keep").read_text() == "mine"
     assert (root / f"mpiray-{os.getuid()}-r4-planted").exists()  # another user's: never ours to remove
     assert (root / f"mpiray-{os.getuid()}-r5-link").is_symlink()  # not followed, not removed
