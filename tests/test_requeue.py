@@ -49,6 +49,9 @@ def test_a_requeued_job_finds_the_experiment_it_started(tmp_path):
     newer = make_experiment(tmp_path / "PPO_CartPole-v1_3", "RUNNING", job_id="4242")
     os.utime(old, (1, 1))
     assert storage.experiment_of_job(tmp_path, "4242") == newer
+    # Another algorithm or env in the same job is another experiment.
+    assert storage.experiment_of_job(tmp_path, "4242", "DQN_CartPole-v1_") is None
+    assert storage.experiment_of_job(tmp_path, "4242", "PPO_CartPole-v1_") == newer
 
 
 def test_resume_picks_the_newest_unfinished_experiment_never_a_finished_one(tmp_path):
@@ -95,3 +98,24 @@ def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
     cpu_head = cluster.ClusterInfo(None, 2, 8.0, 2.0, head_cpus=4.0, head_gpus=0.0)
     assert "need 1 and 2" in cluster.head_problem(config.default_algorithm_config("PPO").learners(
         num_learners=2, num_gpus_per_learner=1), cpu_head)
+
+
+def options(*argv: str):
+    from train import cli
+
+    return cli.train_options(cli.build_train_parser({}).parse_args(list(argv)))
+
+
+def test_which_experiment_a_run_continues(tmp_path):
+    from train.run import _experiment_to_continue
+
+    job = make_experiment(tmp_path / "PPO_CartPole-v1_20261123-100000", "RUNNING", job_id="77")
+    requeued = {"MPIRAY_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}
+    assert _experiment_to_continue(options(), "PPO", tmp_path, requeued) == (
+        job, "job 77 started it; this is its restart 1 (SLURM_RESTART_COUNT)")
+    # The same job id without a restart (two runs in one salloc allocation): a new experiment.
+    assert _experiment_to_continue(options(), "PPO", tmp_path, {"MPIRAY_JOB_ID": "77"}) == (None, "")
+    # A requeued job whose command trains something else does not continue this one.
+    assert _experiment_to_continue(options("--run", "DQN"), "DQN", tmp_path, requeued) == (None, "")
+    assert _experiment_to_continue(options("--name", "x"), "PPO", tmp_path, requeued) == (tmp_path / "x", "--name x")
+    assert _experiment_to_continue(options("--resume"), "PPO", tmp_path, {}) == (job, "--resume: the newest unfinished one")

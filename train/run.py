@@ -140,16 +140,17 @@ def _experiment_to_continue(
 ) -> tuple[Optional[Path], str]:
     """The experiment this run continues (or finds finished) and why; (None, "") for a new one.
 
-    --name names it; else a launcher job finds the one it started (a requeued job keeps its id);
-    else --resume takes the newest unfinished ALGO_ENV_* one.
+    --name names it; else a job that the batch system started again (Slurm's requeue keeps the job
+    id) finds the ALGO_ENV_* one that its id started; else --resume takes the newest unfinished
+    ALGO_ENV_* one. Runs of one allocation (salloc) share a job id, but are no restart: they start anew.
     """
     if options.name:
         return storage_path / options.name, f"--name {options.name}"
-    job_id = environ.get("MPIRAY_JOB_ID")
-    tagged = storage.experiment_of_job(storage_path, job_id) if job_id else None
+    job_id, restart = environ.get("MPIRAY_JOB_ID"), storage.restart_of(environ)
+    prefix = storage.experiment_prefix(algorithm, options.env)
+    tagged = storage.experiment_of_job(storage_path, job_id, prefix) if job_id and restart else None
     if tagged is not None:
-        restart = storage.restart_of(environ)
-        return tagged, f"job {job_id} started it" + (f"; this is its {restart}" if restart else "")
+        return tagged, f"job {job_id} started it; this is its {restart}"
     if not options.resume:
         return None, ""
     latest = storage.latest_experiment(storage_path, storage.experiment_prefix(algorithm, options.env))

@@ -141,10 +141,10 @@ def tag_experiment(path: Path, job_id: Optional[str]) -> None:
         (path / JOB_TAG).write_text(job_id + "\n")
 
 
-def experiment_of_job(storage_path: Path, job_id: str) -> Optional[Path]:
-    """The newest experiment under storage_path that the launcher job job_id started, if any."""
+def experiment_of_job(storage_path: Path, job_id: str, prefix: str = "") -> Optional[Path]:
+    """The newest experiment under storage_path named prefix* that the launcher job job_id started."""
     tagged = []
-    for tag in storage_path.glob(f"*/{JOB_TAG}"):
+    for tag in storage_path.glob(f"{prefix}*/{JOB_TAG}"):
         try:
             if tag.read_text().strip() == job_id:
                 tagged.append(tag.parent)
