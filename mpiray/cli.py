@@ -274,7 +274,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
            "how fast nodes register (default: 64)")
     option("--progress", choices=("auto", "on", "off"), default="auto",
            help="rank 0's live start-up line ('12/24 ranks ready, 8 joining'), redrawn in place: auto shows it "
-           "when rank 0's stderr or its launcher's is a terminal, never in a batch log (default: auto)")
+           "when rank 0's stdout or its launcher's is a terminal (not TERM=dumb), never in a batch log "
+           "(default: auto)")
     parser.add_argument("--auth", action=argparse.BooleanOptionalAction,
                         default=_env_bool(environ, "MPIRAY_AUTH", True),
                         help="token authentication; --no-auth lets anyone who reaches the "

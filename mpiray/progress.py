@@ -53,6 +53,8 @@ def terminal(setting: str, stream: TextIO | None = None) -> TextIO | None:
         return None
     if setting == "on":
         return stream
+    if os.environ.get("TERM") == "dumb":  # a terminal that cannot go back to the line's start
+        return None
     try:
         if stream.isatty() or launcher_terminal():
             return stream

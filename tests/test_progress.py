@@ -37,7 +37,8 @@ def test_the_line_is_redrawn_in_place_and_erased_at_the_end():
         r"\r\x1b\[K", text), repr(text)
 
 
-def test_without_a_terminal_nothing_is_written():
+def test_without_a_terminal_nothing_is_written(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
     live = Progress(None, 4, time.time())
     live.update(1, 3)
     live.close()  # nothing to write to, and no error
@@ -45,6 +46,8 @@ def test_without_a_terminal_nothing_is_written():
     assert progress.terminal("auto", io.StringIO()) is None  # a pipe, and pytest runs under no mpirun
     assert progress.terminal("auto", FakeTerminal()) is not None
     assert progress.terminal("on", io.StringIO()) is not None
+    monkeypatch.setenv("TERM", "dumb")  # cannot go back to the start of a line
+    assert progress.terminal("auto", FakeTerminal()) is None
 
 
 def test_a_terminal_that_goes_away_costs_the_line_only():
@@ -88,7 +91,8 @@ def run_in_a_terminal(argv: list[str], timeout: float) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-def test_mpirun_in_a_terminal_shows_the_live_line_and_erases_it_before_the_table(tmp_path):
+def test_mpirun_in_a_terminal_shows_the_live_line_and_erases_it_before_the_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
     job_id = new_job_id("progress")
     argv = launcher_argv(3, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], [sys.executable, "-c", "pass"])
     code, text = run_in_a_terminal(argv, timeout=120)
