@@ -119,3 +119,26 @@ def test_which_experiment_a_run_continues(tmp_path):
     assert _experiment_to_continue(options("--run", "DQN"), "DQN", tmp_path, requeued) == (None, "")
     assert _experiment_to_continue(options("--name", "x"), "PPO", tmp_path, requeued) == (tmp_path / "x", "--name x")
     assert _experiment_to_continue(options("--resume"), "PPO", tmp_path, {}) == (job, "--resume: the newest unfinished one")
+
+
+def test_a_restart_on_a_smaller_cluster_fails_at_once_instead_of_waiting_for_nodes(tmp_path):
+    import pytest
+
+    from train import cluster
+
+    saved = {"num_cpus_for_main_process": 1, "num_env_runners": 5, "num_cpus_per_env_runner": 1,
+             "num_learners": 0, "num_gpus_per_learner": 0, "custom_resources_for_main_process": {cluster.HEAD_RESOURCE: 0.001}}
+    three_nodes = cluster.ClusterInfo(None, 3, 6.0, 0.0, head_cpus=2.0)
+    cluster.check_saved_resources(saved, three_nodes, "exp")  # as it started: fine
+    two_nodes = cluster.ClusterInfo(None, 2, 4.0, 0.0, head_cpus=2.0)
+    with pytest.raises(cluster.ResourceError, match="exp was started on a bigger cluster: its saved config needs "
+                       "6 CPUs and 0 GPUs; the cluster has 4 and 0"):
+        cluster.check_saved_resources(saved, two_nodes, "exp")
+    no_head_cpus = cluster.ClusterInfo(None, 3, 6.0, 0.0, head_cpus=0.0)
+    with pytest.raises(cluster.ResourceError, match="1 CPUs on the head node, which has 0"):
+        cluster.check_saved_resources(saved, no_head_cpus, "exp")
+    # The trial dirs' params.json files are what Tune restores.
+    experiment = make_experiment(tmp_path / "e", "RUNNING")
+    (experiment / "PPO_trial_0").mkdir()
+    (experiment / "PPO_trial_0" / "params.json").write_text(json.dumps(saved))
+    assert storage.saved_params(experiment) == [saved]

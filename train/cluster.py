@@ -89,6 +89,30 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
     )
 
 
+def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str) -> None:
+    """Fail fast when a restored trial's saved config (params.json) asks for more than this cluster has:
+    a requeued job may get fewer nodes, and Tune would wait for them until the walltime."""
+    learners = int(params.get("num_learners") or 0)
+    per_learner = params.get("num_cpus_per_learner")
+    learner_cpus = learners * (per_learner if isinstance(per_learner, (int, float)) else 1)
+    cpus = (float(params.get("num_cpus_for_main_process") or 0) + learner_cpus
+            + int(params.get("num_env_runners") or 0) * float(params.get("num_cpus_per_env_runner") or 0))
+    gpus = max(1, learners) * float(params.get("num_gpus_per_learner") or 0)
+    problems = []
+    if cpus > cluster.total_cpus or gpus > cluster.total_gpus:
+        problems.append(f"{cpus:g} CPUs and {gpus:g} GPUs; the cluster has {cluster.total_cpus:g} and "
+                        f"{cluster.total_gpus:g}")
+    on_head = HEAD_RESOURCE in (params.get("custom_resources_for_main_process") or {})
+    main_cpus = float(params.get("num_cpus_for_main_process") or 0)
+    if on_head and main_cpus > cluster.head_cpus:
+        problems.append(f"{main_cpus:g} CPUs on the head node, which has {cluster.head_cpus:g}")
+    if problems:
+        raise ResourceError(
+            f"{experiment} was started on a bigger cluster: its saved config needs " + " and ".join(problems)
+            + ". Run it on as many nodes (and CPUs, GPUs) as it started with; Tune would wait for them forever."
+        )
+
+
 def head_problem(algorithm_config, cluster: ClusterInfo) -> Optional[str]:
     """Why the head node cannot hold the algorithm and its learners (None: it can)."""
     bundles = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles

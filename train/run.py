@@ -52,6 +52,9 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
         cluster.check_resources(algorithm_config, ray_cluster)
         _place_algorithm(algorithm_config, ray_cluster)
+        if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
+            for params in storage.saved_params(resume_dir):
+                cluster.check_saved_resources(params, ray_cluster, str(resume_dir))
         storage.check_shared_storage(storage_path)
         _say(
             f"{algorithm} on {env.name}: {num_env_runners} env runners on a {ray_cluster.num_nodes}-node "

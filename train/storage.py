@@ -135,6 +135,17 @@ def experiment_status(path: Path) -> Optional[str]:
     return "errored" if statuses <= {"TERMINATED", "ERROR"} else "unfinished"
 
 
+def saved_params(path: Path) -> list[dict]:
+    """Each trial's saved config (params.json) in an experiment dir; unreadable ones are left to Tune."""
+    params = []
+    for trial in sorted(path.glob("*/params.json")):
+        try:
+            params.append(json.loads(trial.read_text()))
+        except (OSError, ValueError):
+            continue
+    return params
+
+
 def tag_experiment(path: Path, job_id: Optional[str]) -> None:
     """Mark the experiment dir as this launcher job's (a requeue of the job continues it)."""
     if job_id:
