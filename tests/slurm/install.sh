@@ -4,7 +4,9 @@
 set -euo pipefail
 
 # slurm-wlm is just these three; --no-install-recommends skips ~20 plugin/-dev packages.
-packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname)
+# libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix) dlopens libpmix.so, which only the -dev
+# package provides; slurmd loads it when it starts, so install it before `testbed.py up`.
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -236,6 +236,9 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
         f"AuthInfo=socket={testbed.munge_socket}",
         f"StateSaveLocation={state}/ctld",
         f"SlurmdSpoolDir={state}/spool/%n",
+        # The nodes share /tmp: srun --mpi=pmix makes its clients' dir (spmix_appdir_UID_JOB.STEP)
+        # in TmpFS, the same name on every node of a step, so each node needs its own.
+        f"TmpFS={state}/tmp/%n",
         f"SlurmctldPidFile={state}/run/slurmctld.pid",
         f"SlurmdPidFile={state}/run/slurmd-%n.pid",
         f"SlurmctldLogFile={testbed.slurmctld_log}",
@@ -525,6 +528,7 @@ def _make_state_dir(testbed: Testbed) -> None:
         (state / sub).mkdir(exist_ok=True)
     for node in testbed.nodes:
         (state / "spool" / node.name).mkdir(parents=True, exist_ok=True)
+        (state / "tmp" / node.name).mkdir(parents=True, exist_ok=True)
     (state / "plugstack.conf").write_text("")
     testbed.conf_path.write_text(slurm_conf(testbed, socket.gethostname().split(".")[0]))
 
