@@ -1,9 +1,10 @@
 """Scheduler and launcher detection from environment tables, without a cluster.
 
 The Slurm environments are trimmed copies of what tasks saw on the 3-host testbed (Slurm 22.05,
-MPICH 5 from the PyPI wheel): srun with and without --mpi=pmi2, MPICH's mpirun inside sbatch (its
-proxies run as one srun step), a hetjob step. The others follow the PBS/PALS, Cobalt/ALPS and
-Open MPI documentation.
+MPICH 5 from the PyPI wheel, Open MPI 5.0 from the PyPI wheel): srun with and without --mpi=pmi2,
+srun --mpi=pmix, MPICH's and Open MPI's mpirun inside sbatch (their proxies or daemons run as one
+srun step), a hetjob step. The Open MPI and hydra ones without Slurm are copies from this machine;
+the others follow the PBS/PALS and Cobalt/ALPS documentation.
 """
 
 import time
@@ -68,10 +69,32 @@ SRUN_PMI2_WRONG_MPI = {
     "SLURM_CPUS_PER_TASK": "8", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0",
     "SLURM_STEP_NUM_TASKS": "4",
 }
-# Open MPI's mpirun inside a Slurm job: its daemons are the srun step.
+# sbatch -N3 --ntasks-per-node=2, then Open MPI 5's `mpirun -np 6 --map-by node`: prterun runs in
+# the batch step on the first node and starts its daemons (prted) on the other two as one srun step,
+# so SLURM_STEP_NUM_TASKS and SLURM_PROCID describe the daemons. Rank 2 on the third node.
 OPENMPI_IN_SLURM = {
-    "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-    "SLURM_JOB_ID": "88", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_NODE_RANK": "0",
+    "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_UNIVERSE_SIZE": "6",
+    "PMIX_NAMESPACE": "prterun-mpiray-node1-707@1", "PMIX_RANK": "2", "PRTE_LAUNCHED": "1",
+    "SLURM_CPUS_ON_NODE": "2", "SLURM_JOB_ID": "9", "SLURM_LOCALID": "0", "SLURM_NNODES": "2",
+    "SLURM_NODEID": "1", "SLURM_NPROCS": "2", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
+    "SLURM_STEPID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+}
+# srun -N3 --ntasks-per-node=1 --mpi=pmix (Slurm's pmix_v4 plugin, libpmix 4.2), task 1: no PMI_*,
+# the rank is PMIX_RANK and the size only SLURM_STEP_NUM_TASKS.
+SRUN_PMIX = {
+    "PMIX_HOSTNAME": "mpiray-node2", "PMIX_NAMESPACE": "slurm.pmix.10.0", "PMIX_RANK": "1",
+    "SLURM_CPUS_ON_NODE": "1", "SLURM_JOB_ID": "10", "SLURM_LOCALID": "0", "SLURM_MPI_TYPE": "pmix",
+    "SLURM_NNODES": "3", "SLURM_NODEID": "1", "SLURM_NPROCS": "3", "SLURM_NTASKS": "3",
+    "SLURM_PMIX_MAPPING_SERV": "(vector,(0,3,1))", "SLURM_PROCID": "1", "SLURM_STEPID": "0",
+    "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_NUM_TASKS": "3",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x3)", "SLURM_TASKS_PER_NODE": "1(x3)",
+}
+# Open MPI 5's mpirun -np 2 on a workstation (PRRTE; PMIx, no PMI_*).
+LOCAL_OPENMPI = {
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_NODE_RANK": "1",
+    "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": "prterun-vm-938@1",
+    "PMIX_RANK": "1", "PRTE_LAUNCHED": "1", "PRTE_SHARED_FS": "FALSE",
 }
 # PBS Pro on Polaris, `mpiexec -n 4 --ppn 1 --depth 64` (PALS, Cray PMI). OMP_NUM_THREADS=1 is the
 # user's, for PyTorch; NCPUS is the chunk's.
@@ -102,7 +125,9 @@ DETECTED = [
     pytest.param(BATCH_SCRIPT, ("slurm", "none", "5", None, None, None), id="batch-script"),
     pytest.param(HETJOB_STEP, ("slurm", "srun", "6", 3, 0, None), id="hetjob-step"),
     pytest.param(SRUN_PMI2_WRONG_MPI, ("slurm", "srun", "77", 4, 0, 8), id="srun-pmi2-wrong-mpi"),
-    pytest.param(OPENMPI_IN_SLURM, ("slurm", "openmpi", "88", 8, 7, None), id="openmpi-in-slurm"),
+    pytest.param(OPENMPI_IN_SLURM, ("slurm", "openmpi", "9", 6, 2, None), id="openmpi-in-slurm"),
+    pytest.param(SRUN_PMIX, ("slurm", "srun", "10", 3, 1, None), id="srun-pmix"),
+    pytest.param(LOCAL_OPENMPI, ("none", "openmpi", None, 2, 1, None), id="local-openmpi"),
     pytest.param(PBS_PALS, ("pbs", "pals", "1234567", 4, 3, 64), id="pbs-pals"),
     pytest.param(COBALT_APRUN, ("cobalt", "aprun", "445566", 8, 5, 64), id="cobalt-aprun"),
     pytest.param(LOCAL_HYDRA, ("none", "hydra", None, 2, 1, None), id="local-mpirun"),
@@ -137,7 +162,14 @@ SINGLETONS = [
     pytest.param(HETJOB_STEP, 3, None, id="hetjob-step"),
     pytest.param(PBS_PALS, 1, ["pals started 4 tasks", "cray-pals"], id="pals-wrong-mpi"),
     pytest.param(COBALT_APRUN, 1, ["aprun started 8 tasks", "MPICC=cc"], id="aprun-wrong-mpi"),
-    pytest.param(OPENMPI_IN_SLURM, 1, ["openmpi started 8 tasks"], id="openmpi-wrong-mpi"),
+    # The daemons' step has 2 tasks but 6 ranks: a healthy run, and a singleton names the 6.
+    pytest.param(OPENMPI_IN_SLURM, 6, None, id="openmpi-in-slurm"),
+    pytest.param(OPENMPI_IN_SLURM, 1, ["openmpi started 6 tasks", "mpirun that belongs"], id="openmpi-wrong-mpi"),
+    pytest.param(LOCAL_OPENMPI, 2, None, id="local-openmpi"),
+    pytest.param(LOCAL_OPENMPI, 1, ["openmpi started 2 tasks", "mpirun that belongs"], id="local-openmpi-wrong-mpi"),
+    pytest.param(SRUN_PMIX, 3, None, id="srun-pmix"),
+    # Debian's MPICH 4.0 under srun --mpi=pmix: not built with PMIx, every task a world of 1.
+    pytest.param(SRUN_PMIX, 1, ["srun started 3 tasks", "SLURM_MPI_TYPE", "srun --mpi=list"], id="srun-pmix-wrong-mpi"),
     pytest.param(LOCAL_HYDRA, 2, None, id="local-mpirun"),
     pytest.param({}, 1, None, id="plain-python"),
 ]
