@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -53,6 +54,19 @@ def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
     return [*mpirun, sys.executable, str(ROOT / "start_ray.py"), *args, "--", *driver]
 
 
+@functools.cache
+def mpirun_is_open_mpi() -> bool:
+    """Whether BIN/mpirun is Open MPI's (PRRTE) rather than MPICH's hydra: they treat signals differently."""
+    result = subprocess.run([str(BIN / "mpirun"), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    return "Open MPI" in result.stdout + result.stderr
+
+
+def rank_pids(launcher_pid: int) -> list[int]:
+    """PIDs of the ranks (start_ray.py processes) below a running mpirun."""
+    script = str(ROOT / "start_ray.py")
+    return [p.pid for p in psutil.Process(launcher_pid).children(recursive=True) if script in p.cmdline()]
+
+
 def new_job_id(tag: str) -> str:
     return f"test-{tag}-{secrets.token_hex(3)}"
 
@@ -99,7 +113,7 @@ def no_leftover_children():
     the test's.
     """
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    segments_before = set(Path("/dev/shm").glob("mpich_shm_*"))
+    segments_before = shm_segments()
 
     def started_by_test():
         return [
@@ -113,15 +127,20 @@ def no_leftover_children():
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = started_by_test()
-    # MPICH's shared-memory segments of ranks a test SIGKILLed on purpose (MPI_Finalize unlinks
-    # them): stale ones can make a later MPI_Init fail.
-    for segment in set(Path("/dev/shm").glob("mpich_shm_*")) - segments_before - mapped_files():
+    # MPICH's (Open MPI's) shared-memory segments of ranks a test SIGKILLed on purpose, or that
+    # Open MPI's mpirun SIGKILLed (MPI_Finalize unlinks them): stale ones can make a later MPI_Init fail.
+    for segment in shm_segments() - segments_before - mapped_files():
         segment.unlink(missing_ok=True)
     if left:
         names = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left]
         for proc in left:
             proc.kill()
         pytest.fail("the test left processes behind: " + "; ".join(names))
+
+
+def shm_segments() -> set[Path]:
+    """MPI's shared-memory files: MPICH's mpich_shm_*, Open MPI's sm_segment.HOST.UID.JOB.RANK."""
+    return {*Path("/dev/shm").glob("mpich_shm_*"), *Path("/dev/shm").glob("sm_segment.*")}
 
 
 def mapped_files() -> set[Path]:
