@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -22,7 +23,8 @@ args = parser.parse_args()
 
 
 @ray.remote(num_cpus=0)
-def where() -> dict:
+def where(hold: float = 0) -> dict:
+    time.sleep(hold)
     return {
         "node_id": ray.get_runtime_context().get_node_id(),
         "ip": ray.util.get_node_ip_address(),
@@ -37,7 +39,9 @@ pinned = ray.get([
     where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
     for node in nodes
 ])
-spread = ray.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(args.spread)])
+# Each SPREAD task holds its worker a moment: the driver would otherwise run them all, one after the
+# other, on the first worker it leased (Ray reuses a lease for tasks of the same kind), on one node.
+spread = ray.get([where.options(scheduling_strategy="SPREAD").remote(0.5) for _ in range(args.spread)])
 report = {
     "nodes": [
         {"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "host": n["NodeManagerHostname"],
