@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -123,17 +124,23 @@ def test_time_limit_stops_a_hanging_driver(tmp_path):
     assert_nothing_left(run)
 
 
+def start_until_probe(tmp_path: Path, tag: str, *driver_args: str) -> tuple[subprocess.Popen, str]:
+    """A 2-rank job whose driver (tests/drivers/probe.py) is running: it printed its probe line."""
+    job_id = new_job_id(tag)
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), *driver_args]
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("PROBE "):
+            break
+    return proc, job_id
+
+
 @pytest.mark.smoke
 def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
     marker = tmp_path / "driver-got-sigterm"
-    job_id = new_job_id("sigterm")
-    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600", "--sigterm-marker", str(marker)]
-    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, job_id = start_until_probe(tmp_path, "sigterm", "--sleep", "600", "--sigterm-marker", str(marker))
     try:
-        for line in proc.stdout:  # the driver is running once it printed its probe
-            if line.startswith("PROBE "):
-                break
         if mpirun_is_open_mpi():
             # Open MPI's mpirun SIGKILLs its ranks 0.25 s after a SIGTERM (PRRTE's fixed delay; see
             # the next test); scancel and a walltime signal every task, so the test does that.
@@ -165,14 +172,8 @@ def test_sigterm_to_open_mpis_mpirun_leaves_nothing_behind(tmp_path):
     must still kill its Ray node and remove its private dir (with the token)."""
     if not mpirun_is_open_mpi():
         pytest.skip("hydra forwards SIGTERM and waits for the ranks: the test before covers it")
-    job_id = new_job_id("ompi-term")
-    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600"]
-    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, job_id = start_until_probe(tmp_path, "ompi-term", "--sleep", "600")
     try:
-        for line in proc.stdout:
-            if line.startswith("PROBE "):
-                break
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -226,14 +227,8 @@ def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
 
 def test_waiting_ranks_use_almost_no_cpu(tmp_path):
     """While the driver runs, the launcher's own rank processes sleep between polls."""
-    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "12"]
-    job_id = new_job_id("cpu")
-    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], driver)
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, job_id = start_until_probe(tmp_path, "cpu", "--sleep", "12")
     try:
-        for line in proc.stdout:
-            if line.startswith("PROBE "):
-                break
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "start_ray.py" in " ".join(p.cmdline())]
         before = {p.pid: sum(p.cpu_times()[:2]) for p in ranks}
         time.sleep(8)
