@@ -264,22 +264,19 @@ def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_pa
 def test_a_lone_failing_rank_ends_the_job_within_seconds(slurm_testbed, jobs, tmp_path, capsys, request):
     # Rank 3 alone fails (a missing temp dir root). Once, the others then waited forever in
     # MPI_Finalize's PMI barrier for it, and srun never returned (see mpi.Comm.drain). The issue saw
-    # it at 8 ranks per host; it hangs at any count (1 per host too), and this testbed's PMI2 set-up
-    # itself intermittently hangs MPI_Init at 4+ tasks per host ("mpi/pmi2: invalid client
-    # request"), so the test uses 2 per host. 8 per host was checked by hand: srun ended 5.4-7.5 s
-    # after the failure.
+    # it at 8 ranks per host, as here.
     wrapper = (f'if [ "$SLURM_PROCID" = 3 ]; then export MPIRAY_TEMP_DIR=/nonexistent-mpiray-root; fi; '
                f'exec {shlex.quote(PYTHON)} {shlex.quote(str(START_RAY))} --log-dir {shlex.quote(str(tmp_path / "logs"))} '
                f'-- /bin/true')
     result = slurm_testbed.run(
-        ["srun", f"--job-name={jobs.name}", "-N3", "-n6", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+        ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
          "bash", "-c", wrapper],
         timeout=JOB_TIMEOUT_S)
     ended = time.time()
     assert result.returncode == 2, result.stderr[-3000:]
     (job_dir,) = (tmp_path / "logs").iterdir()
     jobs.ids.append(job_dir.name)
-    logs = rank_logs(job_dir, 6)
+    logs = rank_logs(job_dir, 24)
     assert "/nonexistent-mpiray-root" in logs[3]
     failed = log_time(logs[3], "ERROR")
     assert ended - failed < 30
@@ -307,6 +304,27 @@ def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, 
     logs = rank_logs(job_dir, 3)
     assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
     assert all(log.rstrip().endswith(f"Exit code {code}") for log in logs)
+    jobs.wait_until_gone(job_dir.name)
+
+
+@pytest.mark.slurm
+def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys, request):
+    # 8 ranks per host, 24 Ray nodes on 2 cores: without join slots two `ray start`s timed out
+    # (Ray gives a raylet 30 s to register) and the job failed.
+    started = time.monotonic()
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+         PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--", PYTHON, str(PROBE)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    probe = json.loads([line for line in result.stdout.splitlines() if line.startswith("PROBE ")][-1][6:])
+    assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
+    logs = rank_logs(job_dir, 24)
+    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    report(capsys, request, srun_to_exit=time.monotonic() - started,
+           ready=float(re.search(r"ready in ([\d.]+) s", result.stdout).group(1)))
     jobs.wait_until_gone(job_dir.name)
 
 
