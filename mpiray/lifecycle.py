@@ -16,9 +16,9 @@ exactly the processes it started, then all meet at a barrier and exit with the s
 from __future__ import annotations
 
 import os
-import platform
 import socket
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -308,9 +308,10 @@ def plan_host(me: Rank, job_id: str, gcs_port: int = 0):
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
     if host_comm.rank == 0:
-        views = [me.view] + [host_comm.receive(r, LOCAL, deadline, me.check) for r in range(1, host_comm.size)]
-        if None in views:
+        others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.check)
+        if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
+        views = [me.view] + [others[r] for r in range(1, host_comm.size)]
         plans = _plan_for(me, views, job_id, gcs_port)
         for local, plan in enumerate(plans[1:], start=1):
             host_comm.send(plan, local, LOCAL)
@@ -600,5 +601,5 @@ def _report(me: Rank, node: NodeInfo | None = None, error: str = "", exit_code: 
 def _log_context(me: Rank) -> None:
     me.log.step(
         f"mpiray on {me.host} (pid {os.getpid()}): rank {me.rank} of {me.comm.size}, {me.env.describe()}, "
-        f"{library_version()}, Ray {ray_version()}, Python {platform.python_version()}"
+        f"{library_version()}, Ray {ray_version()}, Python {sys.version.split()[0]}"
     )

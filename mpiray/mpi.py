@@ -63,10 +63,31 @@ class Comm:
         message = poll_until(lambda: self.poll(source, tag), deadline, self.poll_interval, between_polls)
         return None if message is None else message[2]
 
+    def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
+                     between_polls: Callable[[], None] = lambda: None) -> dict[int, Any]:
+        """One message with tag from each source, in whatever order they come; those missing at the
+        deadline are left out.
+
+        Not one receive() per source in turn: MPICH moves only a few messages out of its shared-memory
+        queue per probe, so a probe for one source often misses although its message was sent, and
+        each miss would cost a sleep (63 of them took rank 0 2.4 s at 64 ranks on one host).
+        """
+        wanted, got = set(sources), {}
+
+        def take_all() -> bool:
+            while (message := self.poll(tag=tag)) is not None:
+                if message[0] in wanted:
+                    got[message[0]] = message[2]
+            return wanted <= got.keys()
+
+        poll_until(take_all, deadline, self.poll_interval, between_polls)
+        return got
+
     def barrier(self, timeout: float) -> bool:
         """True when every rank arrived within timeout seconds."""
         request = self.comm.Ibarrier()
-        return bool(poll_until(request.Test, Deadline.after(timeout), self.poll_interval))
+        # Each of its log2(N) rounds waits for the ranks' next Test: polled more often than messages.
+        return bool(poll_until(request.Test, Deadline.after(timeout), self.poll_interval / 5))
 
     def flush(self, timeout: float) -> None:
         """Wait (polling) until every message this rank sent has left, or the timeout."""

@@ -11,8 +11,8 @@ ends, decides).
 from __future__ import annotations
 
 import errno
-import hashlib
 import socket
+import zlib
 from dataclasses import dataclass, field
 
 import psutil
@@ -140,7 +140,7 @@ def candidate_bases(job_id: str, ranks_on_host: int, port_range=PORT_RANGE) -> l
     slots = (port_range[1] - port_range[0]) // span
     if slots < 1:
         raise ConfigError(f"{ranks_on_host} ranks on one host need {span} ports: too many for one host")
-    first = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % slots
+    first = zlib.crc32(job_id.encode()) % slots  # (hashlib's import costs each rank 2 ms of CPU)
     return [port_range[0] + ((first + i) % slots) * span for i in range(slots)]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import platform
+import sys
 from dataclasses import dataclass, field
 
 from mpiray.errors import LaunchError
@@ -49,7 +49,7 @@ def check_versions(reports: list[Report]) -> None:
 
 
 def versions(rank: int) -> dict:
-    versions = {"ray": ray_version(), "python": platform.python_version()}
+    versions = {"ray": ray_version(), "python": sys.version.split()[0]}
     # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
     # report another version, as a rank started from another environment would.
     fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
