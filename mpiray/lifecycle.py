@@ -384,7 +384,7 @@ def start_node(me: Rank, share: resources.Share, ports: network.NodePorts, head:
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
-    me.node.start(argv, env)
+    me.node.start(argv, env, share.affinity)
     if head and config.dashboard:
         me.log.step(
             f"Dashboard on 127.0.0.1:{ports.dashboard}; from your machine: "

@@ -198,22 +198,24 @@ class RayNode:
     def ray_dir(self) -> Path:
         return self.private.ray_dir
 
-    def start(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        """Run ray_node.py, which imports Ray's CLI now and runs `ray start` once released."""
-        self._argv, self._env = list(argv), dict(env)
+    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = ()) -> None:
+        """Run ray_node.py, which imports Ray's CLI now and runs `ray start` once released; all
+        of the node's processes on the CPUs in affinity, if given."""
+        self._argv, self._env, self._affinity = list(argv), dict(env), tuple(affinity)
         try:
             out = open_append(self.output_path)
         except OSError as error:
             raise ConfigError(f"cannot write {self.output_path}: {error}") from None
         self.output = NodeOutput(self.output_path)
-        self.proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+        self.proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE, affinity=affinity)
         self.output.copy(self.proc.stdout, out)
         self.guard.watch_group(self.proc)
 
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
         self.stop(grace)
-        self.start(self._argv, self._env)
+        self.start(self._argv, self._env, self._affinity)
         self.release()
 
     def release(self) -> None:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, Callable, Mapping, Sequence
 
 import psutil
 
@@ -43,6 +43,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _in_child(affinity: Sequence[int]) -> Callable[[], None]:
+    """What runs in the child between fork and exec: die with us; keep to these CPUs, if any."""
+    def setup() -> None:
+        _die_with_parent()
+        if affinity:
+            os.sched_setaffinity(0, affinity)  # inherited by everything the child starts
+    return setup
+
+
 def start(
     argv: Sequence[str],
     *,
@@ -51,8 +60,10 @@ def start(
     stderr: IO | int | None = None,
     stdin: IO | int | None = subprocess.DEVNULL,
     cwd: str | None = None,
+    affinity: Sequence[int] = (),
 ) -> subprocess.Popen:
-    """Start argv in a session of its own (our signals are ours to forward) that dies with us."""
+    """Start argv in a session of its own (our signals are ours to forward) that dies with us,
+    on the CPUs in affinity if given."""
     return subprocess.Popen(
         list(argv),
         env=dict(env),
@@ -61,7 +72,7 @@ def start(
         stderr=stderr,
         cwd=cwd,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=_in_child(affinity),
     )
 
 

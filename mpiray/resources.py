@@ -38,6 +38,7 @@ class Share:
     memory: int  # Ray's "memory" resource, object store excluded
     object_store: int
     notes: tuple[str, ...] = ()
+    affinity: tuple[int, ...] = ()  # the CPUs the node's processes may run on; () = the rank's own
 
 
 def _cgroup_memory_limit() -> int | None:
@@ -95,13 +96,21 @@ def split_host(
     num_cpus: int | None = None,
     num_gpus: int | None = None,
     object_store_memory: int | None = None,
+    head_core: int | None = None,
 ) -> Share:
-    """The share of the index-th of the ranks (views) that run a Ray node on one host."""
+    """The share of the index-th of the ranks (views) that run a Ray node on one host.
+
+    head_core: a CPU that the host's other Ray nodes leave to the head's (index 0) GCS.
+    """
     notes = []
     parts = len(views)
     own = views[index]
     masks = [set(v.affinity) for v in views]
-    disjoint = sum(len(m) for m in masks) == len(set().union(*masks))
+    disjoint = _bound(views)
+    affinity: tuple[int, ...] = ()
+    if head_core is not None and index > 0:
+        affinity = tuple(sorted(set().union(*masks) - {head_core}))
+        notes.append(f"CPU {head_core} is left to the head's GCS: this node runs on CPUs {_ranges(affinity)}")
     if disjoint:  # bound by srun/aprun/mpirun: each rank owns its mask
         cpus = len(own.affinity)
         notes.append(f"CPU binding: {cpus} CPUs in this rank's affinity mask")
@@ -129,7 +138,38 @@ def split_host(
             f"({shm_share >> 20} MiB): using {shm_share >> 20} MiB"
         )
         store = shm_share
-    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes))
+    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity)
+
+
+def _bound(views: list[HostView]) -> bool:
+    """Whether the launcher bound each rank to CPUs of its own (srun, aprun, mpirun --bind-to)."""
+    masks = [set(v.affinity) for v in views]
+    return sum(len(m) for m in masks) == len(set().union(*masks))
+
+
+def head_core(views: list[HostView]) -> int | None:
+    """The CPU kept for the GCS on the head's host, or None.
+
+    A join storm on the head's host once starved the GCS (24 raylets on 2 cores; Ray gives a raylet
+    30 s to register). When unbound ranks share the head's host, the other Ray nodes there run on
+    every CPU but one: the GCS and the head's own tasks share that one with nothing else. Ray's
+    CPU counts stay as they were. Ranks bound to their own CPUs need nothing; one CPU cannot be split.
+    """
+    cpus = set().union(*(set(v.affinity) for v in views))
+    if len(views) < 2 or len(cpus) < 2 or _bound(views):
+        return None
+    return max(cpus)
+
+
+def _ranges(cpus: tuple[int, ...]) -> str:
+    """0,1,2,5 -> '0-2,5' (as taskset and Slurm write CPU lists)."""
+    spans: list[list[int]] = []
+    for cpu in cpus:
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def check_object_store(object_store_memory: int | None, view: HostView, parts: int) -> str | None:
@@ -160,6 +200,7 @@ def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, lea
         )
         views, idle = [merged], len(views) - 1
     plans = []
+    kept = head_core(views) if leader_is_rank0 else None
     for index in range(len(views)):
         is_head = leader_is_rank0 and index == 0
         share = split_host(
@@ -168,6 +209,7 @@ def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, lea
             num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
             num_gpus=config.num_gpus,
             object_store_memory=config.object_store_memory,
+            head_core=kept,
         )
         ports = network.node_ports(ports_base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
         plans.append((share, ports))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -50,6 +51,20 @@ def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
         assert f"Worker on rank {rank} with ip" in run.rank_log(0) and "is connected!" in run.rank_log(0)
         assert "is connected!" in run.rank_log(rank)
     assert "ready in" in run.stdout
+    assert_nothing_left(run)
+
+
+@pytest.mark.skipif(HOST_CPUS < 2, reason="one CPU cannot be split")
+def test_tasks_of_the_other_nodes_on_the_heads_host_never_run_on_the_gcs_cpu(tmp_path):
+    # Unbound ranks share this host with the head: one CPU is left to the head's GCS.
+    driver = [sys.executable, str(ROOT / "tests" / "drivers" / "affinity.py")]
+    run = launch(tmp_path, 3, driver=driver, tag="affinity")
+    assert run.returncode == 0, run.stderr
+    found = json.loads([line for line in run.stdout.splitlines() if line.startswith("AFFINITY ")][-1][9:])
+    host, every = socket.gethostname(), sorted(os.sched_getaffinity(0))
+    kept = max(every)
+    assert found == {f"{host}-rank0": every, f"{host}-rank1": every[:-1], f"{host}-rank2": every[:-1]}
+    assert f"CPU {kept} is left to the head's GCS" in run.rank_log(1)
     assert_nothing_left(run)
 
 

@@ -74,3 +74,21 @@ def test_a_host_plan_gives_each_rank_its_share_and_block_or_idles_it():
     per_host = plan_host(Config(ray_node_per="host"), views(3, cpus=range(6), bound=True), 25000, 0, False, None)
     assert per_host[1:] == [(None, None), (None, None)]
     assert per_host[0][0].cpus == 6  # the merged masks of the host's three ranks
+
+
+def test_the_head_hosts_other_nodes_leave_one_cpu_to_the_gcs():
+    from mpiray.config import Config
+    from mpiray.resources import head_core, plan_host
+
+    plans = plan_host(Config(), views(3, cpus=range(8)), 24000, 24000, True, None)
+    head, *workers = [share for share, _ in plans]
+    assert head.affinity == ()  # the head keeps the rank's own CPUs, the kept one among them
+    assert all(w.affinity == tuple(range(7)) for w in workers)
+    assert "CPU 7 is left to the head's GCS: this node runs on CPUs 0-6" in workers[0].notes
+    assert sum(share.cpus for share in (head, *workers)) == 8  # Ray's CPU counts do not change
+    # Nothing to keep: another host than the head's, ranks bound to their own CPUs, one node, one CPU.
+    assert all(share.affinity == () for share, _ in plan_host(Config(), views(3, cpus=range(8)), 24000, 0, False, None))
+    assert head_core(views(4, cpus=range(8), bound=True)) is None
+    assert head_core(views(1, cpus=range(8))) is None
+    assert head_core(views(3, cpus=[5])) is None
+    assert head_core(views(2, cpus=[0, 2, 9])) == 9
