@@ -725,6 +725,12 @@ def status(state_dir: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def _exports(testbed: Testbed) -> str:
+    """Shell lines that point Slurm's commands and MPICH at this testbed (see Testbed.env)."""
+    return (f"export SLURM_CONF={testbed.conf_path}\n"
+            "export MPIR_CVAR_CH4_NETMOD=${MPIR_CVAR_CH4_NETMOD:-ofi}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("up", "down", "status", "env"))
@@ -739,14 +745,14 @@ def main(argv: list[str] | None = None) -> int:
             testbed = up(args.state_dir, args.timeout)
             print(f"testbed up in {time.monotonic() - started:.1f} s: "
                   + ", ".join(f"{n.name}={n.ip}" for n in testbed.nodes))
-            print(f"export SLURM_CONF={testbed.conf_path}")
+            print(_exports(testbed))
         elif args.action == "down":
             down(args.state_dir)
             print("testbed down")
         elif args.action == "status":
             print(status(args.state_dir))
         else:
-            print(f"export SLURM_CONF={describe(args.state_dir).conf_path}")
+            print(_exports(describe(args.state_dir)))
     except TestbedError as error:
         print(f"testbed: {error}", file=sys.stderr)
         return 1
