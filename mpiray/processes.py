@@ -48,7 +48,10 @@ def _in_child(affinity: Sequence[int]) -> Callable[[], None]:
     def setup() -> None:
         _die_with_parent()
         if affinity:
-            os.sched_setaffinity(0, affinity)  # inherited by everything the child starts
+            try:
+                os.sched_setaffinity(0, affinity)  # inherited by everything the child starts
+            except OSError:  # e.g. a cpuset narrower than the rank's mask: run where the rank may
+                pass
     return setup
 
 

@@ -92,3 +92,11 @@ def test_the_head_hosts_other_nodes_leave_one_cpu_to_the_gcs():
     assert head_core(views(1, cpus=range(8))) is None
     assert head_core(views(3, cpus=[5])) is None
     assert head_core(views(2, cpus=[0, 2, 9])) == 9
+
+
+def test_a_node_left_only_the_head_cpu_keeps_its_own():
+    from mpiray.resources import split_host
+
+    overlapping = [HostView("h", (0, 1), GIB, GIB, ()), HostView("h", (1,), GIB, GIB, ()), HostView("h", (0, 1), GIB, GIB, ())]
+    assert split_host(overlapping, 1, head_core=1).affinity == ()
+    assert split_host(overlapping, 2, head_core=1).affinity == (0,)
