@@ -107,8 +107,10 @@ def split_host(
     own = views[index]
     masks = [set(v.affinity) for v in views]
     disjoint = _bound(views)
-    affinity = tuple(sorted(set(own.affinity) - {head_core})) if head_core is not None and index > 0 else ()
-    if affinity:  # within this rank's own CPUs, never beyond them
+    affinity: tuple[int, ...] = ()
+    if index > 0 and head_core in own.affinity:  # within this rank's own CPUs, never beyond them
+        affinity = tuple(sorted(set(own.affinity) - {head_core}))
+    if affinity:
         notes.append(f"CPU {head_core} is left to the head's GCS: this node runs on CPUs {_ranges(affinity)}")
     if disjoint:  # bound by srun/aprun/mpirun: each rank owns its mask
         cpus = len(own.affinity)

@@ -100,3 +100,4 @@ def test_a_node_left_only_the_head_cpu_keeps_its_own():
     overlapping = [HostView("h", (0, 1), GIB, GIB, ()), HostView("h", (1,), GIB, GIB, ()), HostView("h", (0, 1), GIB, GIB, ())]
     assert split_host(overlapping, 1, head_core=1).affinity == ()
     assert split_host(overlapping, 2, head_core=1).affinity == (0,)
+    assert split_host(overlapping, 2, head_core=7).affinity == ()  # not this rank's CPU: nothing to leave
