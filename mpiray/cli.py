@@ -272,6 +272,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     option("--join-window", type=_positive_count, default=64,
            help="the most worker nodes joining the head at once; the window starts at 8 and adapts to "
            "how fast nodes register (default: 64)")
+    option("--gcs-core", choices=("auto", "on", "off"), default="auto",
+           help="on the head's host, when unbound ranks share it, the other Ray nodes run on every CPU "
+           "but one, left to the GCS; auto: on hosts of 8 CPUs or more (default: auto)")
     option("--progress", choices=("auto", "on", "off"), default="auto",
            help="rank 0's live start-up line ('12/24 ranks ready, 8 joining'), redrawn in place: auto shows it "
            "when rank 0's stdout or its launcher's is a terminal (not TERM=dumb), never in a batch log "
@@ -349,6 +352,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         join_window=args.join_window,
         dry_run=args.dry_run,
         progress=args.progress,
+        gcs_core=args.gcs_core,
     )
 
 

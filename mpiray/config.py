@@ -32,3 +32,4 @@ class Config:
     join_window: int = 64  # the most workers that run `ray start` against the GCS at once
     dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster
     progress: str = "auto"  # rank 0's live start-up line: "auto" (on a terminal), "on" or "off"
+    gcs_core: str = "auto"  # a CPU of the head's host left to the GCS: "auto" (>= 8 CPUs), "on" or "off"

@@ -276,6 +276,7 @@ def wait_for_end(me: Rank) -> int:
     """Idle (sleeping between polls) until rank 0 sends the exit code."""
     reported_death = False
     give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
+    interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
     while True:
         me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
         if me.node is not None and me.node.alive and not me.settled and me.node.ray_started():
@@ -297,7 +298,8 @@ def wait_for_end(me: Rank) -> int:
             give_up = give_up or Deadline.after(me.config.stop_grace + 10)
             if give_up.expired():
                 raise Interrupted(me.stop.signum)
-        time.sleep(DRIVER_POLL)
+        time.sleep(interval)
+        interval = min(DRIVER_POLL, interval * 1.5)
 
 
 # ---- both ---------------------------------------------------------------------------------------

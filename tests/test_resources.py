@@ -90,8 +90,11 @@ def test_the_head_hosts_other_nodes_leave_one_cpu_to_the_gcs():
     assert all(share.affinity == () for share, _ in plan_host(Config(), views(3, cpus=range(8)), 24000, 0, False, None))
     assert head_core(views(4, cpus=range(8), bound=True)) is None
     assert head_core(views(1, cpus=range(8))) is None
-    assert head_core(views(3, cpus=[5])) is None
-    assert head_core(views(2, cpus=[0, 2, 9])) == 9
+    assert head_core(views(3, cpus=[5]), "on") is None
+    assert head_core(views(2, cpus=[0, 2, 9]), "on") == 9
+    # auto: only on hosts of 8 CPUs or more; on and off say so for any host.
+    assert head_core(views(4, cpus=range(7))) is None and head_core(views(4, cpus=range(7)), "on") == 6
+    assert head_core(views(4, cpus=range(64)), "off") is None
 
 
 def test_a_node_left_only_the_head_cpu_keeps_its_own():
