@@ -35,9 +35,7 @@ class Launch:
         return (self.job_dir / f"rank-{rank:04d}.log").read_text()
 
     def probe(self) -> dict:
-        lines = [line for line in self.stdout.splitlines() if line.startswith("PROBE ")]
-        assert lines, f"the driver printed no PROBE line:\n{self.stdout}\n{self.stderr}"
-        return json.loads(lines[-1][len("PROBE "):])
+        return driver_report(self.stdout, "PROBE", self.stderr)
 
     def stopped_pids(self) -> list[int]:
         """Every PID a rank logged: its Ray node's processes at start-up and what it stopped."""
@@ -78,6 +76,13 @@ def rank_pids(launcher_pid: int) -> list[int]:
     """PIDs of the ranks (start_ray.py processes) below a running mpirun."""
     script = str(ROOT / "start_ray.py")
     return [p.pid for p in psutil.Process(launcher_pid).children(recursive=True) if script in p.cmdline()]
+
+
+def driver_report(output: str, tag: str, stderr: str = "") -> dict:
+    """The JSON a test driver printed after TAG on its last such line (probe.py: PROBE, ...)."""
+    lines = [line for line in output.splitlines() if line.startswith(tag + " ")]
+    assert lines, f"the driver printed no {tag} line:\n{output}\n{stderr}"
+    return json.loads(lines[-1][len(tag) + 1:])
 
 
 def new_job_id(tag: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,6 +20,7 @@ from conftest import (
     ROOT,
     Launch,
     assert_nothing_left,
+    driver_report,
     hydra_loses_exit_codes_after_a_signal,
     launch,
     launcher_argv,
@@ -61,7 +61,7 @@ def test_tasks_of_the_other_nodes_on_the_heads_host_never_run_on_the_gcs_cpu(tmp
     driver = [sys.executable, str(ROOT / "tests" / "drivers" / "affinity.py")]
     run = launch(tmp_path, 3, args=["--gcs-core", "on"], driver=driver, tag="affinity")
     assert run.returncode == 0, run.stderr
-    found = json.loads([line for line in run.stdout.splitlines() if line.startswith("AFFINITY ")][-1][9:])
+    found = driver_report(run.stdout, "AFFINITY", run.stderr)
     host, every = socket.gethostname(), sorted(os.sched_getaffinity(0))
     kept = max(every)
     assert found == {f"{host}-rank0": every, f"{host}-rank1": every[:-1], f"{host}-rank2": every[:-1]}
@@ -245,7 +245,7 @@ def test_waiting_ranks_use_almost_no_cpu(tmp_path):
     """While the driver runs, the launcher's own rank processes sleep between polls."""
     proc, job_id = start_until_probe(tmp_path, "cpu", "--sleep", "12")
     try:
-        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "start_ray.py" in " ".join(p.cmdline())]
+        ranks = [psutil.Process(pid) for pid in rank_pids(proc.pid)]
         before = {p.pid: sum(p.cpu_times()[:2]) for p in ranks}
         time.sleep(8)
         used = {p.pid: sum(p.cpu_times()[:2]) - before[p.pid] for p in ranks}

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import driver_report
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,9 +123,7 @@ def rank_logs(job_dir: Path, ranks: int) -> list[str]:
 
 
 def placement(output: str) -> dict:
-    lines = [line for line in output.splitlines() if line.startswith("PLACEMENT ")]
-    assert lines, f"the driver printed no PLACEMENT line:\n{output}"
-    return json.loads(lines[-1][len("PLACEMENT "):])
+    return driver_report(output, "PLACEMENT")
 
 
 def node_ip_by_host(bed: testbed.Testbed) -> dict[str, str]:
@@ -319,7 +318,7 @@ def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (job_dir,) = (tmp_path / "logs").iterdir()
     jobs.ids.append(job_dir.name)
-    probe = json.loads([line for line in result.stdout.splitlines() if line.startswith("PROBE ")][-1][6:])
+    probe = driver_report(result.stdout, "PROBE", result.stderr)
     assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
     logs = rank_logs(job_dir, 24)
     assert all(log.rstrip().endswith("Exit code 0") for log in logs)
@@ -448,7 +447,7 @@ def test_single_node_script_splits_the_node_between_its_ranks(slurm_testbed, job
     result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
     assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
     output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
-    probe = json.loads([line for line in output.splitlines() if line.startswith("PROBE ")][-1][6:])
+    probe = driver_report(output, "PROBE")
     assert probe["nodes"] == 2
     assert probe["cpus"] == testbed.CPUS_PER_NODE  # two Ray nodes, one node's cores, none twice
     assert len(set(probe["ips"])) == 1

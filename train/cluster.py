@@ -95,15 +95,15 @@ def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str
     learners = int(params.get("num_learners") or 0)
     per_learner = params.get("num_cpus_per_learner")
     learner_cpus = learners * (per_learner if isinstance(per_learner, (int, float)) else 1)
-    cpus = (float(params.get("num_cpus_for_main_process") or 0) + learner_cpus
-            + int(params.get("num_env_runners") or 0) * float(params.get("num_cpus_per_env_runner") or 0))
+    main_cpus = float(params.get("num_cpus_for_main_process") or 0)
+    runner_cpus = int(params.get("num_env_runners") or 0) * float(params.get("num_cpus_per_env_runner") or 0)
+    cpus = main_cpus + learner_cpus + runner_cpus
     gpus = max(1, learners) * float(params.get("num_gpus_per_learner") or 0)
     problems = []
     if cpus > cluster.total_cpus or gpus > cluster.total_gpus:
         problems.append(f"{cpus:g} CPUs and {gpus:g} GPUs; the cluster has {cluster.total_cpus:g} and "
                         f"{cluster.total_gpus:g}")
     on_head = HEAD_RESOURCE in (params.get("custom_resources_for_main_process") or {})
-    main_cpus = float(params.get("num_cpus_for_main_process") or 0)
     if on_head and main_cpus > cluster.head_cpus:
         problems.append(f"{main_cpus:g} CPUs on the head node, which has {cluster.head_cpus:g}")
     if problems:

@@ -54,6 +54,7 @@ COMMAND_TIMEOUT_S = 30
 UP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.2
+MPICH_NETMOD = "ofi"  # for the testbed's jobs: see Testbed.env
 # States in the job completion log of a run that Slurm ends and starts again (scontrol requeue, preemption).
 REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
@@ -155,7 +156,7 @@ class Testbed:
         # MPI_Init fails on every task. MPICH's ofi netmod has a 66-byte address: one short line per rank.
         # Set here, in the environment of the testbed's jobs, as a site sets its MPI's defaults; the
         # README says the same to users of Slurm with MPICH over UCX.
-        env.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", MPICH_NETMOD)
         return env
 
     def node_states(self) -> dict[str, str]:
@@ -169,7 +170,8 @@ class Testbed:
     def run(self, cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
         """Run a Slurm client command (srun, sbatch, ...) against this testbed; text output."""
         kwargs.setdefault("capture_output", True)
-        return subprocess.run(cmd, env=self.env(kwargs.pop("env", None)), text=True, timeout=timeout, **kwargs)
+        return subprocess.run(cmd, env=self.env(kwargs.pop("env", None)), text=True,
+                              timeout=timeout, **kwargs)
 
     def job_result(self, job_id: int | str) -> JobResult | None:
         """How a job ended, from the job completion log (`sacct --completion`); None until then
@@ -728,7 +730,7 @@ def status(state_dir: str | Path | None = None) -> str:
 def _exports(testbed: Testbed) -> str:
     """Shell lines that point Slurm's commands and MPICH at this testbed (see Testbed.env)."""
     return (f"export SLURM_CONF={testbed.conf_path}\n"
-            "export MPIR_CVAR_CH4_NETMOD=${MPIR_CVAR_CH4_NETMOD:-ofi}")
+            f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}")
 
 
 def main(argv: list[str] | None = None) -> int:
