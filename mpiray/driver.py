@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from mpiray import commands, lifecycle, mpi, processes
+from mpiray import commands, lifecycle, mpi, processes, signals
 from mpiray.config import Config
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError
@@ -30,6 +30,7 @@ def run(config: Config, comm: Comm | None = None) -> int:
     code = lifecycle.finish(me, code)
     if not me.all_met:
         mpi.abandon(code)
+    signals.ignore_from_now_on()  # MPI_Finalize is all that is left
     return code
 
 

@@ -150,3 +150,28 @@ def test_group_members_and_start_times_come_from_proc():
         child.wait(timeout=10)
     assert guard.start_time(child.pid) is None
     assert guard.group_members(child.pid) == []
+
+
+def test_a_stop_signal_during_mpi_finalize_leaves_a_finished_rank_alive():
+    # mpi4py runs MPI_Finalize among the interpreter's last exit functions, after Python put the
+    # default action back for the signals it handled. Here the exit function is pause(): a SIGTERM
+    # (srun --kill-on-bad-exit, once another rank exited non-zero) must not kill the rank there.
+    script = (
+        "import ctypes, sys\n"
+        "from mpiray import signals\n"
+        "signals.StopRequest().install()\n"  # as every rank does at its start
+        "signals.ignore_from_now_on()\n"  # as driver.run does once the exit code is decided
+        "ctypes.pythonapi.Py_AtExit(ctypes.cast(ctypes.CDLL(None).pause, ctypes.c_void_p))\n"
+        "print('exiting', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "exiting\n"
+        time.sleep(1)  # into the exit functions
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # still there: SIGTERM did not end it
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
