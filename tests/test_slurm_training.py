@@ -78,8 +78,10 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     first_iteration, first_steps = map(int, re.search(r" iter (\d+) \| (\d+) env steps", second_run).groups())
     # The second run starts after the checkpoint it restored: the iteration count and the env-step
     # counter go on (a fresh start would say iter 1 and 400 env steps).
-    # Restored from the second checkpoint (iteration 4) or a later one: a fresh start would be iteration 1.
-    assert 5 <= first_iteration <= done_before + 1
+    # Restored from a checkpoint: a fresh start would be iteration 1. The newest one Tune's experiment
+    # state names (written every 2 s): the second (iteration 4), or the first (iteration 2) when the
+    # requeue came within 2 s of the second (1 CI run in 5).
+    assert 3 <= first_iteration <= done_before + 1
     assert first_steps >= 400 * first_iteration
     rows = progress_rows(experiment)
     assert int(rows[-1]["training_iteration"]) == 8
