@@ -4,27 +4,39 @@
     info = mpiray.init()        # rank 0 returns, connected to the whole cluster; other ranks serve
     ...                         # the user's Ray code, on rank 0 only
 
-The same lifecycle as the command line (lifecycle.py); only the driver differs: it is the calling
-script itself, in-process on rank 0, instead of a subprocess. Rank 0's end (the script's end,
-sys.exit(n), an uncaught exception, SIGTERM) stops the cluster on every rank, and every other rank
-exits with rank 0's code. With exit=False the other ranks return None after the cluster stopped
-instead, for programs that go on with MPI (as dask-mpi's initialize(exit=False)).
+Every rank lives the same life as on the command line (rank.run); only rank 0's leader step differs:
+the cluster is handed to the calling script instead of a driver command. So rank 0 runs rank.run in
+a thread of its own, the agent, and its main thread returns to the script. The agent watches what
+the command line watches while the script runs (a stop signal, time_limit=, the head's own node, lost
+worker nodes) and ends the script when it must: SIGTERM to the main thread, whose handler raises
+SystemExit with the job's exit code; if the script has not ended after the grace (stuck in C code),
+the agent tears down without it and ends the process (MPI_Finalize, then exit). The script's own
+end (its last line, sys.exit(n), raise SystemExit(n), an uncaught exception, a signal) gives the exit
+code that every rank exits with. os._exit() ends rank 0 without any of this: the other ranks are
+then ended by the MPI launcher.
+
+The other ranks serve inside init() and exit with rank 0's code; with exit=False they return None
+once the cluster stopped instead, for programs that go on with MPI (as dask-mpi's initialize(exit=False)).
 """
 
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from mpiray import cli
 from mpiray.errors import ConfigError, LaunchError
+from mpiray.options import library_config
+from mpiray.signals import HANDLED, StopRequest
 
+_REAL_SYSTEM_EXIT = builtins.SystemExit
 
 
 @dataclass(frozen=True)
@@ -49,99 +61,251 @@ class ClusterInfo:
     nodes: tuple[Node, ...]
 
 
-class _Cluster:
-    """The cluster this process started, and how rank 0's script is ending (its exit code)."""
+class ExitWatch:
+    """The exit code rank 0's script will end with, however it ends.
 
-    def __init__(self, me):
-        self.me = me
-        self.code = 0
-        self.ended = False
-        self._exit = sys.exit
-        self._excepthook = sys.excepthook
+    sys.exit(n) and `raise SystemExit(n)` (the builtin name stands for a subclass while it watches)
+    are recorded when made; one that reaches the top level has its traceback cleared by the
+    interpreter, one that was caught keeps it, so only the former counts. An uncaught exception is
+    seen by sys.excepthook (1; KeyboardInterrupt 130).
+    """
 
-    def watch_the_script(self) -> None:
-        """Learn rank 0's exit code: sys.exit(n), an uncaught exception (1), SIGTERM/SIGHUP (128+N)."""
+    def __init__(self) -> None:
+        self.last: BaseException | None = None  # the main thread's last SystemExit
+        self.uncaught: int | None = None
+        self._saved: tuple | None = None
 
-        def exit(code=0):
-            self.code = 0 if code is None else code if isinstance(code, int) else 1
-            self._exit(code)
+    def install(self) -> None:
+        watch = self
+        saved_exit, saved_hook = sys.exit, sys.excepthook
+
+        class SystemExit(_REAL_SYSTEM_EXIT):  # noqa: A001  (as the builtin it stands for)
+            def __init__(self, *args):
+                super().__init__(*args)
+                if threading.current_thread() is threading.main_thread():
+                    watch.last = self
+
+        def exit(code=None):
+            raise SystemExit(code)
 
         def excepthook(kind, value, traceback):
-            self.code = 128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1
-            self._excepthook(kind, value, traceback)  # the traceback, shown once (rank 0 only)
+            watch.uncaught = 128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1
+            saved_hook(kind, value, traceback)  # the traceback, shown once (rank 0 only)
 
-        def on_signal(signum, frame):
-            self.me.stop.signum = signum  # teardown then gives Ray the short grace of a stop signal
-            exit(128 + signum)
+        self._saved = (saved_exit, saved_hook)
+        self.exit_type = SystemExit
+        sys.exit, sys.excepthook, builtins.SystemExit = exit, excepthook, SystemExit
 
-        sys.exit, sys.excepthook = exit, excepthook
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, on_signal)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, as usual
+    def uninstall(self) -> None:
+        if self._saved is not None:
+            (sys.exit, sys.excepthook), builtins.SystemExit = self._saved, _REAL_SYSTEM_EXIT
+            self._saved = None
 
-    def end(self, code: int) -> int:
-        """Stop the cluster on every rank (rank 0: its driver connection first); once."""
-        from mpiray import lifecycle
+    def code(self) -> tuple[int, str]:
+        """(exit code, how the script ended), as the interpreter will exit."""
+        if self.uncaught is not None:
+            return self.uncaught, "an uncaught exception"
+        if self.last is not None and self.last.__traceback__ is None:
+            code = self.last.code
+            return (0 if code is None else code if isinstance(code, int) else 1), "SystemExit"
+        return 0, "the end of the script"
 
-        if self.ended:
-            return self.code
-        self.ended = True
-        if self.me.rank == 0:
+
+class ScriptSignals(StopRequest):
+    """Rank 0's stop signals under mpiray.init(): a flag for the agent, and, once the script runs,
+    SystemExit in the main thread (code 128+N, or the code the agent stops the script with)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raising = False  # while the script has the cluster
+        self.pending: int | None = None  # the agent is stopping the script with this code
+        self.exit_type = _REAL_SYSTEM_EXIT
+
+    def _handle(self, signum, frame) -> None:
+        if self.pending is not None and self.raising:  # the agent's own SIGTERM to this thread
+            code, self.pending = self.pending, None
+            raise self.exit_type(code)
+        super()._handle(signum, frame)
+        if self.raising:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # Ctrl-C, as usual (sys.excepthook: 130)
+            raise self.exit_type(128 + signum)
+
+    def take_back(self) -> None:
+        """After ray.init(), which sets a SIGTERM handler of its own (sys.exit(15)): ours again."""
+        for signum in HANDLED:
+            signal.signal(signum, self._handle)
+
+    def release(self, process_ends: bool) -> None:
+        pass  # from the agent's thread, which may not touch signal handlers: put back by end()
+
+    def put_back(self, process_ends: bool) -> None:
+        super().release(process_ends)
+
+
+class ScriptLeader:
+    """rank.Leader for mpiray.init()'s rank 0: the calling script, in the main thread; rank.run runs in
+    the agent thread. The main thread's half is connect() and end(); the agent's start/poll/stop/close."""
+
+    def __init__(self, config, comm) -> None:
+        self.config, self.comm = config, comm
+        self.signals = ScriptSignals()
+        self.exit_watch = ExitWatch()
+        self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
+        self.answered = threading.Event()  # the main thread: connected, or not
+        self.ended = threading.Event()  # the script ended: its code in self.code
+        self.cluster = self.connect_error = self.me = None
+        self.code: int | None = None
+        self.how = ""
+        self.stuck = False  # the script did not end when told to: the agent ends the process
+        self.result: int | None = None  # the job's exit code, once rank.run returned
+        self.agent = threading.Thread(target=self._agent, name="mpiray-agent", daemon=True)
+
+    # ---- the main thread ---------------------------------------------------------------------
+
+    def begin(self):
+        """Start the agent and wait until the cluster is up: the cluster (messages.Cluster), or None if it
+        did not start (the agent has then torn it down)."""
+        self.signals.install()
+        self.main = threading.main_thread().ident
+        self.agent.start()
+        self.handed_over.wait()  # the agent's waits all have deadlines; it sets this however it ends
+        if self.cluster is None:
+            self.agent.join()
+        return self.cluster
+
+    def connected(self, error: BaseException | None) -> None:
+        """The script's ray.init() is done (error: it failed, and the agent tears the cluster down)."""
+        self.connect_error = error
+        if error is None:
+            self.exit_watch.install()
+            self.signals.exit_type = self.exit_watch.exit_type
+            self.signals.take_back()
+            self.signals.raising = True
+        self.answered.set()
+
+    def end(self, code: int, how: str, process_ends: bool) -> int:
+        """The script is done (its end, or mpiray.shutdown()): stop the cluster on every rank; the job's code."""
+        self.signals.raising = False  # a signal now must not break this off
+        if self.result is not None or not self.agent.is_alive():
+            return self.result if self.result is not None else code
+        if self.me is not None and not self.me.node.exited():
             import ray
 
-            ray.shutdown()
-            sys.exit, sys.excepthook = self._exit, self._excepthook
-        self.code = lifecycle.finish(self.me, code)
+            ray.shutdown()  # the driver's connection first, while the head is still there
+        self.code, self.how = code, how
+        self.ended.set()
+        self.agent.join()
+        self.exit_watch.uninstall()
+        self.signals.put_back(process_ends)
+        return self.result
+
+    def at_exit(self) -> None:
+        """atexit (before mpi4py's MPI_Finalize): the script ended; every rank ends with its code."""
+        if self.result is not None:
+            return
+        code, how = self.exit_watch.code()
+        head_lost = self.me is not None and self.me.node.exited()
+        result = self.end(code, how, process_ends=True)
+        # Ray's own atexit ray.shutdown() would hang without the head; a code the agent chose (a time
+        # limit the script caught) is not the interpreter's: end here, MPI finalized.
+        if head_lost or result != code:
+            self.comm.exit_now(result)
+
+    # ---- the agent thread (rank.Leader) --------------------------------------------------------
+
+    def _agent(self) -> None:
+        from mpiray import rank
+
+        try:
+            self.result = rank.run(self.config, self, self.comm, stop=self.signals)
+        finally:
+            self.handed_over.set()
+        if self.stuck:
+            self.comm.exit_now(self.result)
+
+    def start(self, me, cluster) -> None:
+        from mpiray.deadline import Deadline, poll_until
+
+        self.me, self.cluster = me, cluster
+        self.handed_over.set()
+        if not poll_until(self.answered.is_set, Deadline.after(self.config.startup_timeout), 0.05, me.check):
+            raise LaunchError(f"the script did not connect to the cluster within {self.config.startup_timeout:g} s")
+        if self.connect_error is not None:
+            raise LaunchError(f"could not connect this script to the cluster: {self.connect_error!r}")
+
+    def poll(self, timeout: float) -> int | None:
+        if not self.ended.wait(timeout):
+            return None
+        self.me.log.event("script_ended", code=self.code, how=self.how)
         return self.code
 
+    def stop(self, grace: float, code: int) -> None:
+        if self.ended.is_set() or self.stuck or self.cluster is None or not self.answered.is_set():
+            return
+        self.signals.pending = code
+        signal.pthread_kill(self.main, signal.SIGTERM)
+        if not self.ended.wait(grace):
+            self.stuck = True
+            self.me.log.event("script_stuck", grace=grace)
+        else:
+            self.me.log.event("script_ended", code=self.code, how=self.how)
 
-_cluster: _Cluster | None = None
+    def close(self, me) -> None:
+        pass
+
+
+_leader: ScriptLeader | None = None
 
 
 def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     """Start the Ray cluster over this program's MPI ranks; on rank 0, connect to it and return its info.
 
     options are the command line's, as keywords (log_dir=, job_id=, startup_timeout=, num_cpus=,
-    ray_node_per=, interface=, auth=, ...; MPIRAY_* variables give their defaults). Other ranks
-    serve as Ray nodes until rank 0's script ends, then exit with its exit code (exit=False: return
-    None, the cluster stopped, MPI still usable). comm: an mpi4py communicator (default COMM_WORLD).
+    ray_node_per=, time_limit=, interface=, auth=, ...; MPIRAY_* variables give their defaults).
+    Other ranks serve as Ray nodes until rank 0's script ends, then exit with its exit code
+    (exit=False: return None, the cluster stopped, MPI still usable). comm: an mpi4py communicator
+    (default COMM_WORLD).
     """
-    global _cluster
-    if _cluster is not None:
+    global _leader
+    if _leader is not None:
         raise LaunchError("mpiray.init() was called before in this process: one cluster per process")
-    config = cli.library_config(options)
+    config = library_config(options)
     if config.dry_run:
         raise ConfigError("dry_run is the command line's (start_ray.py --dry-run): init() connects to a real cluster")
-    from mpiray import lifecycle, mpi  # imports mpi4py (MPI_Init): only once the options are valid
+    from mpiray import mpi, rank  # imports mpi4py (MPI_Init): only once the options are valid
 
-    me = lifecycle.setup(config, None if comm is None else mpi.Comm(comm))
-    _cluster = cluster_ = _Cluster(me)
-    # mpi4py's MPI_Finalize runs at the interpreter's exit (after any exit=False MPI use); not if a
-    # rank died, whose closing PMI barrier would never end.
-    atexit.register(lambda: None if me.all_met else mpi.abandon(cluster_.code))
-    if me.rank != 0:
-        code = cluster_.end(lifecycle.outcome(me, lambda: lifecycle.serve(me)))
+    world = mpi.Comm(comm)
+    if world.rank != 0:
+        code = rank.run(config, None, world, process_ends=exit)
         if exit:
             sys.exit(code)
         return None
-    nodes = []
-    code = lifecycle.outcome(me, lambda: nodes.extend(lifecycle.lead(me)) or 0)
-    if not nodes:
-        code = cluster_.end(code)
+    _leader = leader = ScriptLeader(config, world)
+    cluster = leader.begin()
+    if cluster is None:  # the agent ended: the cluster did not start, and is torn down
+        leader.signals.put_back(process_ends=exit)
         if exit:
-            sys.exit(code)
-        raise LaunchError(f"the Ray cluster did not start (see {me.log.path})", code)
-    info = _connect(me, nodes)
-    cluster_.watch_the_script()
-    atexit.register(lambda: cluster_.end(cluster_.code))  # runs before the MPI_Finalize above
+            sys.exit(leader.result)
+        raise LaunchError(f"the Ray cluster did not start (see the rank logs in {config.log_dir})", leader.result)
+    try:
+        info = _connect(cluster)
+    except BaseException as error:
+        leader.connected(error)
+        leader.agent.join()
+        leader.signals.put_back(process_ends=exit)
+        raise
+    leader.connected(None)
+    leader.me.log.event("script_connected", gcs_address=cluster.session.gcs_address)
+    atexit.register(leader.at_exit)  # after ray.init's own: runs first; before mpi4py's MPI_Finalize
     return info
 
 
 def shutdown(code: int = 0) -> None:
     """Rank 0: stop the cluster on every rank now, rather than when the script ends; the other
     ranks exit with code (or, with exit=False, return from init()). Idempotent."""
-    if _cluster is not None:
-        _cluster.end(code)
+    if _leader is not None:
+        _leader.end(code, "mpiray.shutdown()", process_ends=False)
 
 
 @contextlib.contextmanager
@@ -159,17 +323,17 @@ def cluster(*, exit: bool = True, comm=None, **options) -> Iterator[ClusterInfo 
     try:
         yield info
     except BaseException as error:
-        code = error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1
+        code = error.code if isinstance(error, _REAL_SYSTEM_EXIT) and isinstance(error.code, int) else 1
         raise
     finally:
         shutdown(code)
 
 
-def _connect(me, nodes) -> ClusterInfo:
-    """Rank 0's script becomes the cluster's driver: the environment a CLI driver gets, then ray.init()."""
-    from mpiray import driver, raycompat
+def _connect(cluster) -> ClusterInfo:
+    """Rank 0's script becomes the cluster's driver: the environment a command-line driver gets, then ray.init()."""
+    from mpiray import raycompat
 
-    env = driver.driver_env(me, nodes)
+    env = cluster.driver_env(dict(os.environ))
     for name in set(os.environ) - set(env):  # e.g. RAY_AUTH_TOKEN: the token file is the only source
         del os.environ[name]
     os.environ.update(env)
@@ -177,14 +341,14 @@ def _connect(me, nodes) -> ClusterInfo:
     import ray
 
     ray.init(address=env["RAY_ADDRESS"], log_to_driver=True)
-    me.log.step(f"Connected this script to the cluster (mpiray.init): {env['RAY_ADDRESS']}")
     return ClusterInfo(
-        job_id=me.session.job_id,
-        gcs_address=env["RAY_ADDRESS"],
-        head_ip=me.session.head_ip,
-        num_nodes=len(nodes),
-        total_cpus=int(env["MPIRAY_TOTAL_CPUS"]),
-        total_gpus=int(env["MPIRAY_TOTAL_GPUS"]),
-        log_dir=me.config.log_dir / me.session.job_id,
-        nodes=tuple(Node(r.rank, r.host, r.node_ip, r.resources) for r in nodes),
+        job_id=cluster.session.job_id,
+        gcs_address=cluster.session.gcs_address,
+        head_ip=cluster.session.head_ip,
+        num_nodes=len(cluster.nodes),
+        total_cpus=cluster.total_cpus,
+        total_gpus=cluster.total_gpus,
+        log_dir=cluster.log_dir,
+        nodes=tuple(Node(r.rank, r.host, r.node_ip, r.resources) for r in cluster.nodes),
     )
+

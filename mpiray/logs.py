@@ -1,4 +1,5 @@
-"""The per-rank log (one timestamped line per startup step, in LOG_DIR/JOB_ID/rank-NNNN.log) and reading what `ray start` writes beside it."""
+"""The files of a job's log dir besides the rank logs (events.py): where each lies, opening one safely,
+reading what `ray start` writes (NodeOutput), and copying the driver's output (Tee)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import json
 import os
 import queue
 import stat
-import sys
 import threading
-import time
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 
 def job_log_dir(log_dir: Path, job_id: str) -> Path:
@@ -115,49 +114,6 @@ class NodeOutput:
         """The last lines, for a one-line message (waits up to settle s for the writers' last words)."""
         self.closed.wait(settle)
         return " | ".join(self.last_lines) or "(no output)"
-
-
-class RankLog:
-    """Lines written before the job id is known (workers learn it from rank 0) wait in memory."""
-
-    def __init__(self, rank: int, host: str):
-        self.rank = rank
-        self.host = host
-        self.path: Path | None = None
-        self._file: TextIO | None = None
-        self._pending: list[str] = []
-
-    def open(self, path: Path) -> None:
-        self.path = path
-        self._file = open_append(path, text=True)
-        for line in self._pending:
-            self._file.write(line)
-        self._pending.clear()
-
-    def step(self, message: str) -> None:
-        now = time.time()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-        line = f"{stamp} rank {self.rank} ({self.host}): {message}\n"
-        if self._file:
-            self._file.write(line)
-        else:
-            self._pending.append(line)
-
-    def warning(self, message: str) -> None:
-        self.step(f"WARNING: {message}")
-        print(f"mpiray: rank {self.rank} ({self.host}): warning: {message}", file=sys.stderr, flush=True)
-
-    def error(self, message: str) -> None:
-        self.step(f"ERROR: {message}")
-        where = f" (log: {self.path})" if self.path else ""
-        print(f"mpiray: rank {self.rank} ({self.host}): error: {message}{where}", file=sys.stderr, flush=True)
-
-    def close(self, fallback: Path | None = None) -> None:
-        if self._file is None and self._pending and fallback is not None:
-            self.open(fallback)  # never learned the job id: keep what happened anyway
-        if self._file:
-            self._file.close()
-            self._file = None
 
 
 class Tee:

@@ -16,17 +16,6 @@ from mpi4py import MPI
 
 from mpiray.deadline import Deadline, poll_until
 
-# Message tags of the launcher's protocol (see lifecycle.py).
-SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
-HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
-REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
-CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
-EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
-LOCAL = 6  # within one host: resource and port split
-JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
-SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
-STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
-
 
 class Comm:
     """A communicator with polled, non-blocking point-to-point helpers."""
@@ -128,18 +117,34 @@ class Comm:
         """The ranks sharing this host (MPI shared-memory domain), as a Comm of their own."""
         return Comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank), self.poll_interval)
 
+    @staticmethod
+    def library_version() -> str:
+        return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
 
-def abandon(code: int) -> None:
-    """Exit with code without MPI_Finalize: after a rank died, its closing PMI barrier would never end.
+    @staticmethod
+    def abandon(code: int) -> None:
+        """Exit with code without MPI_Finalize: after a rank died, its closing PMI barrier would never end.
 
-    Otherwise mpi4py's own MPI_Finalize runs at the very end of the interpreter's exit, as it should:
-    a rank then leaves at once (srun --kill-on-bad-exit SIGTERMs those still running when the
-    first exits non-zero), and the MPI library's exit handlers run (it unlinks its shared memory).
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        Otherwise mpi4py's own MPI_Finalize runs at the very end of the interpreter's exit, as it should:
+        a rank then leaves at once (srun --kill-on-bad-exit SIGTERMs those still running when the
+        first exits non-zero), and the MPI library's exit handlers run (it unlinks its shared memory).
+        """
+        _flush()
+        os._exit(code)
+
+    @staticmethod
+    def exit_now(code: int) -> None:
+        """MPI_Finalize, then exit with code: from a thread of mpiray.init()'s rank 0 whose main thread
+        (the user's script) is stuck; without MPI_Finalize, mpirun would report this rank as killed."""
+        _flush()
+        if not MPI.Is_finalized():
+            MPI.Finalize()
+        os._exit(code)
 
 
-def library_version() -> str:
-    return MPI.Get_library_version().strip().splitlines()[0].strip()
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass

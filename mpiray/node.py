@@ -176,6 +176,9 @@ class RayNode:
         self.alive = False  # seen ALIVE in the GCS
         self.kept: Path | None = None  # where close() kept Ray's logs
         self.swept: list[Path] = []  # stale private dirs of killed ranks, removed by prepare()
+        self.spec = None  # commands.NodeSpec: what start() was asked to start
+        self.times: dict[str, float] = {}  # time.time() of each start-up phase: started, released, alive, settled
+        self.described = False  # its manifest was logged
 
     @classmethod
     def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
@@ -198,10 +201,11 @@ class RayNode:
     def ray_dir(self) -> Path:
         return self.private.ray_dir
 
-    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = ()) -> None:
+    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec=None) -> None:
         """Run ray_node.py, which imports Ray's CLI now and runs `ray start` once released; all
-        of the node's processes on the CPUs in affinity, if given."""
-        self._argv, self._env, self._affinity = list(argv), dict(env), tuple(affinity)
+        of the node's processes on the CPUs in affinity, if given. spec: the NodeSpec argv was made of."""
+        self._argv, self._env, self._affinity, self.spec = list(argv), dict(env), tuple(affinity), spec
+        self.times["started"] = time.time()
         try:
             out = open_append(self.output_path)
         except OSError as error:
@@ -215,11 +219,12 @@ class RayNode:
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
         self.stop(grace)
-        self.start(self._argv, self._env, self._affinity)
+        self.start(self._argv, self._env, self._affinity, self.spec)
         self.release()
 
     def release(self) -> None:
         """Let `ray start` go (see ray_node.py)."""
+        self.times["released"] = time.time()
         try:
             self.proc.stdin.write(b"go\n")
             self.proc.stdin.close()
@@ -257,6 +262,7 @@ class RayNode:
                 f"(`ray start` output: {self.output.tail(settle=0)}; its threads' stacks are at the end of {self.output_path})"
             )
         self.alive = True
+        self.times["alive"] = time.time()
         return NodeInfo(**record)
 
     def _dump_stacks(self) -> None:
@@ -269,7 +275,10 @@ class RayNode:
 
     def ray_started(self) -> bool:
         """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
-        return self.output.ray_started or self.exited()
+        done = self.output.ray_started or self.exited()
+        if done and "settled" not in self.times:
+            self.times["settled"] = time.time()
+        return done
 
     def settle(self, deadline: Deadline) -> None:
         """Before stopping an ALIVE node, let its `ray start` finish starting (until the deadline).

@@ -166,6 +166,20 @@ def descendant_pids(keep: frozenset[int] = frozenset()) -> list[int]:
     return sorted(proc.pid for proc in _alive(_descendants(keep)))
 
 
+def listening_ports(pids) -> dict[str, list[int]]:
+    """The TCP ports these processes listen on, by process name ('raylet': [25201, 25202], ...)."""
+    found: dict[str, set[int]] = {}
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            ports = {c.laddr.port for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+            if ports:
+                found.setdefault(proc.name(), set()).update(ports)
+        except psutil.Error:  # gone meanwhile
+            continue
+    return {name: sorted(ports) for name, ports in sorted(found.items())}
+
+
 def _reap_zombies() -> None:
     # Orphans re-parented to this subreaper are ours to wait for.
     while True:

@@ -64,25 +64,40 @@ def terminal(setting: str, stream: TextIO | None = None) -> TextIO | None:
 
 
 class Progress:
-    """The live line: update() as nodes join, close() erases it (both do nothing without a terminal)."""
+    """The live line, drawn from rank 0's start-up events (RankLog listener); close() erases it. Nothing
+    is drawn without a terminal."""
 
-    def __init__(self, stream: TextIO | None, total: int, started: float):
+    def __init__(self, stream: TextIO | None, total: int, started: float, ready: int = 1):
         self.stream, self.total, self.started = stream, total, started
+        self.ready = ready  # ranks whose node is ALIVE (the head, when this starts) or that idle by design
+        self.joining: set[int] = set()  # ranks holding a join slot
         self.shown: tuple | None = None
         self.drawn_at = 0.0
 
-    def update(self, ready: int, joining: int) -> None:
-        """ready: ranks whose node is ALIVE (or that are idle by design); joining: ranks in `ray start`."""
+    def on_event(self, record: dict) -> None:
+        name, peer = record["event"], record["fields"].get("peer")
+        if name == "join_granted":
+            self.joining.add(peer)
+        elif name in ("worker_joined", "worker_idle"):
+            self.ready += 1
+            self.joining.discard(peer)
+        else:
+            return
+        self.tick()
+
+    def tick(self) -> None:
+        """Redraw if anything changed, or the clock every REDRAW seconds."""
         if self.stream is None:
             return
         now = time.time()
-        if (ready, joining) == self.shown and now - self.drawn_at < REDRAW:
+        state = (self.ready, len(self.joining))
+        if state == self.shown and now - self.drawn_at < REDRAW:
             return
-        line = f"mpiray: {ready}/{self.total} ranks ready"
-        if joining:
-            line += f", {joining} joining"
+        line = f"mpiray: {self.ready}/{self.total} ranks ready"
+        if self.joining:
+            line += f", {len(self.joining)} joining"
         self._write(f"\r{line} ({now - self.started:.1f} s)\x1b[K")
-        self.shown, self.drawn_at = (ready, joining), now
+        self.shown, self.drawn_at = state, now
 
     def close(self) -> None:
         if self.stream is not None and self.shown is not None:

@@ -25,7 +25,7 @@
    which the rank copies into its log: e.g. before 2.55 a worker's --temp-dir is ignored, so this
    process answers Ray's lookup of the head's temp dir with the rank's own.
 
-Run by its path (mpiray may not be installed); the rank side is lifecycle.release_node/wait_until_alive.
+Run by its path (mpiray may not be installed); the rank side is node.RayNode (release, wait_alive).
 """
 
 import faulthandler

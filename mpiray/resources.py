@@ -14,7 +14,7 @@ from typing import Mapping
 
 import psutil
 
-from mpiray import network
+from mpiray import network, scheduler
 
 OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
 SHM_HEADROOM = 0.9  # keep some of /dev/shm for everything else on the host
@@ -56,16 +56,20 @@ def _cgroup_memory_limit() -> int | None:
 
 
 def visible_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
-    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+    """The GPUs a rank may use: what CUDA/ROCm are told, else what the scheduler says, else /dev/nvidia*."""
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         if name in environ:
             return tuple(x for x in environ[name].split(",") if x.strip() != "")
+    scheduled = scheduler.detect(environ).gpu_ids
+    if scheduled is not None:
+        return scheduled
     return tuple(sorted(os.path.basename(p)[len("nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")))
 
 
 def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
     environ = os.environ if environ is None else environ
     memory = psutil.virtual_memory().total
-    for limit in (_cgroup_memory_limit(), _slurm_memory(environ)):
+    for limit in (_cgroup_memory_limit(), scheduler.detect(environ).memory):
         if limit:
             memory = min(memory, limit)
     try:
@@ -80,11 +84,6 @@ def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
         shm=shm,
         gpu_ids=visible_gpus(environ),
     )
-
-
-def _slurm_memory(environ: Mapping[str, str]) -> int | None:
-    text = environ.get("SLURM_MEM_PER_NODE", "")
-    return int(text) * 2**20 if text.isdigit() and int(text) > 0 else None
 
 
 def _even_share(total: int, parts: int, index: int) -> int:

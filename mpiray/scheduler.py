@@ -21,6 +21,9 @@ class Scheduler:
     cpus_per_task: tuple[str, ...] = ()
     cpus_per_task_unknown_if: tuple[str, ...] = ()  # when one of these is set, the above is unreliable
     job_id_suffix: str = ""  # cut from this character on: PBS's "1234.server" -> "1234"
+    gpus: tuple[str, ...] = ()  # the GPU ids the job step may use, comma-separated (after CUDA_VISIBLE_DEVICES)
+    memory_mb: tuple[str, ...] = ()  # the memory (MiB) the job may use on a node
+    restart_count: tuple[str, ...] = ()  # how often the batch system started this job again (requeue)
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,11 @@ class Launcher:
 SCHEDULERS = (
     # In a hetjob step Slurm 22.05 gives every task the same SLURM_CPUS_PER_TASK, whichever
     # component it is in (seen on the testbed: the last component's value).
-    Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",)),
+    Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",),
+              gpus=("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"), memory_mb=("SLURM_MEM_PER_NODE",),
+              restart_count=("SLURM_RESTART_COUNT",)),
     # NCPUS: the chunk's ncpus. Not OMP_NUM_THREADS, which users set to 1 for PyTorch's sake.
+    # PBS keeps PBS_JOBID on qrerun and sets no restart count.
     Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS",), job_id_suffix="."),
     Scheduler("cobalt", "COBALT_JOBID", ("COBALT_JOBID",), ("ALPS_APP_DEPTH",)),  # aprun -d
     Scheduler("alps", "ALPS_APP_ID", ("ALPS_APP_ID",), ("ALPS_APP_DEPTH",)),
@@ -121,6 +127,11 @@ class Environment:
     task_rank: int | None  # this task's index among them (its MPI rank unless MPI missed them)
     cpus_per_task: int | None
     mpi_hint: str
+    gpu_ids: tuple[str, ...] | None = None  # the scheduler's GPU ids for this step, if it names them
+    memory: int | None = None  # bytes the job may use on this node, if the scheduler says
+    restart: str | None = None  # "restart 1 (SLURM_RESTART_COUNT)" for a job started again, else None
+    mpi_type: str | None = None  # the process-manager plugin srun offered (srun --mpi=X)
+    netmod: str | None = None  # MPICH's network module, if set (MPIR_CVAR_CH4_NETMOD: ucx, ofi)
 
     def describe(self) -> str:
         tasks = f", {self.launched_tasks} tasks" if self.launched_tasks else ""
@@ -164,10 +175,24 @@ def _positive_int(text: str | None) -> int | None:
     return int(digits) if digits and int(digits) > 0 else None
 
 
+def _gpu_ids(environ: Mapping[str, str], scheduler: Scheduler) -> tuple[str, ...] | None:
+    name = next((n for n in scheduler.gpus if n in environ), None)
+    return None if name is None else tuple(x for x in environ[name].split(",") if x.strip())
+
+
+def _restart(environ: Mapping[str, str], scheduler: Scheduler) -> str | None:
+    for name in scheduler.restart_count:
+        count = environ.get(name, "").strip()
+        if count.isdigit() and int(count) > 0:
+            return f"restart {count} ({name})"
+    return None
+
+
 def detect(environ: Mapping[str, str] | None = None) -> Environment:
     environ = os.environ if environ is None else environ
     scheduler = next((s for s in SCHEDULERS if environ.get(s.marker)), None)
     launcher = next((l for l in LAUNCHERS if all(environ.get(m) for m in l.markers)), None)
+    memory_mb = _positive_int(_first(environ, scheduler.memory_mb)) if scheduler else None
     return Environment(
         scheduler=scheduler.name if scheduler else "none",
         launcher=launcher.name if launcher else "none",
@@ -176,6 +201,11 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
         task_rank=_index(_first(environ, launcher.rank)) if launcher else None,
         cpus_per_task=_cpus_per_task(environ, scheduler) if scheduler else None,
         mpi_hint=launcher.mpi_hint if launcher else "",
+        gpu_ids=_gpu_ids(environ, scheduler) if scheduler else None,
+        memory=memory_mb * 2**20 if memory_mb else None,
+        restart=_restart(environ, scheduler) if scheduler else None,
+        mpi_type=environ.get("SLURM_MPI_TYPE") or None,
+        netmod=environ.get("MPIR_CVAR_CH4_NETMOD") or None,
     )
 
 

@@ -14,10 +14,12 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._before: dict[int, object] = {}  # the handlers install() replaced
 
     def install(self) -> None:
+        """From the main thread (only it may set signal handlers)."""
         for signum in HANDLED:
-            signal.signal(signum, self._handle)
+            self._before[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame) -> None:
         if self.signum is None:
@@ -26,6 +28,18 @@ class StopRequest:
     def check(self) -> None:
         if self.signum is not None:
             raise Interrupted(self.signum)
+
+    def release(self, process_ends: bool) -> None:
+        """The rank's exit code is decided: ignore stop signals from now on if the process ends now,
+        else (the program goes on, e.g. after mpiray.init(exit=False)) put back what was there before."""
+        if not self._before:
+            return  # installed by someone else (mpiray.init()'s rank 0), or not at all (tests)
+        if process_ends:
+            ignore_from_now_on()
+        else:
+            for signum, handler in self._before.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._before.clear()
 
 
 def ignore_from_now_on() -> None:

@@ -16,6 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mpiray.events import read_events
+from mpiray.joblogs.parse import last_run
+
 from slurm.fixture import slurm_testbed  # noqa: F401  (session fixture for tests marked slurm)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,19 +34,62 @@ class Launch:
     job_dir: Path
     seconds: float
 
-    def rank_log(self, rank: int) -> str:
-        return (self.job_dir / f"rank-{rank:04d}.log").read_text()
+    def events(self, rank: int) -> list[dict]:
+        return rank_events(self.job_dir, rank)
+
+    def event(self, rank: int, name: str) -> dict | None:
+        """The fields of rank's last event called name (None: it logged none)."""
+        return last_event(self.job_dir, rank, name)
+
+    def names(self, rank: int) -> list[str]:
+        return [record["event"] for record in self.events(rank)]
 
     def probe(self) -> dict:
         return driver_report(self.stdout, "PROBE", self.stderr)
 
     def stopped_pids(self) -> list[int]:
-        """Every PID a rank logged: its Ray node's processes at start-up and what it stopped."""
-        pids = []
-        for log in self.job_dir.glob("rank-*.log"):
-            for match in re.finditer(r"(?:Stopped \d+ processes .*|Ray node processes): pids ([\d ]+)", log.read_text()):
-                pids += [int(p) for p in match.group(1).split()]
-        return pids
+        return logged_pids(self.job_dir)
+
+
+def rank_events(job_dir: Path, rank: int) -> list[dict]:
+    """rank's events, its last run only (a re-used job id appends); [] without a log."""
+    path = job_dir / f"rank-{rank:04d}.jsonl"
+    return last_run(read_events(path))[0] if path.exists() else []
+
+
+def last_event(job_dir: Path, rank: int, name: str) -> dict | None:
+    found = [record["fields"] for record in rank_events(job_dir, rank) if record["event"] == name]
+    return found[-1] if found else None
+
+
+def exit_codes(job_dir: Path, ranks: int) -> list[int | None]:
+    """Each rank's logged exit code (None: it logged none)."""
+    return [(last_event(job_dir, rank, "exit") or {}).get("code") for rank in range(ranks)]
+
+
+def rank_pid(job_dir: Path, rank: int) -> int:
+    return next(record["pid"] for record in rank_events(job_dir, rank) if record["event"] == "rank_started")
+
+
+def logged_pids(job_dir: Path) -> list[int]:
+    """Every PID a rank logged: its Ray node's processes at start-up and what it stopped."""
+    pids = []
+    for path in job_dir.glob("rank-*.jsonl"):
+        for record in read_events(path):
+            if record["event"] in ("node_pids", "processes_stopped"):
+                pids += record["fields"]["pids"]
+    return pids
+
+
+def wait_for_event(job_dir: Path, rank: int, name: str, timeout: float = 120) -> dict:
+    """The fields of rank's event name, once it logged it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = last_event(job_dir, rank, name)
+        if found is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} of {job_dir} never logged {name}")
 
 
 def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
@@ -99,6 +145,25 @@ def launch(tmp_path: Path, ranks: int, args=(), driver=(), timeout: float = 240,
         argv, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
     )
     return Launch(result.returncode, result.stdout, result.stderr, log_dir / job_id, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast this machine is now, measured: deadlines of tests that need a phase to be fast come from it."""
+
+    head_start: float  # seconds from a rank's start (MPI up) to its head ALIVE, one rank alone
+
+    def deadline(self, phases: float = 1.0, floor: float = 8.0) -> float:
+        """A deadline for `phases` head starts, with room for a slow, loaded moment (4x, plus 4 s)."""
+        return max(floor, 4 * phases * self.head_start + 4)
+
+
+@pytest.fixture(scope="session")
+def pace(tmp_path_factory) -> Pace:
+    run = launch(tmp_path_factory.mktemp("pace"), 1, driver=[sys.executable, "-c", "pass"], tag="pace")
+    assert run.returncode == 0, run.stderr[-3000:]
+    times = {record["event"]: record["time"] for record in run.events(0)}
+    return Pace(head_start=times["head_alive"] - times["rank_started"])
 
 
 def alive_pids(pids) -> list[str]:

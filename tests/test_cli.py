@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from mpiray import raycompat
-from mpiray.cli import OTHER_VARIABLES, build_parser, main, parse_args, parse_bytes
+from mpiray.cli import main
+from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
 from mpiray.scheduler import safe_job_id

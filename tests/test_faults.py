@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,7 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id
+from conftest import (
+    ROOT, Launch, alive_pids, assert_nothing_left, exit_codes, last_event, launch, launcher_argv, new_job_id, rank_pid,
+    wait_for_event,
+)
 
 pytestmark = pytest.mark.slow
 PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
@@ -27,15 +29,6 @@ def start(tmp_path: Path, ranks: int, args=(), driver=(), env=None):
     return proc, tmp_path / "logs" / job_id
 
 
-def wait_for_line(path: Path, text: str, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return path.read_text()
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never said {text!r}")
-
-
 def finish(proc: subprocess.Popen, job_dir: Path, timeout: float) -> Launch:
     started = time.monotonic()
     try:
@@ -47,18 +40,13 @@ def finish(proc: subprocess.Popen, job_dir: Path, timeout: float) -> Launch:
     return Launch(proc.returncode, out, err, job_dir, time.monotonic() - started)
 
 
-def logged_pids(log: str) -> list[int]:
-    return [int(p) for p in re.search(r"Ray node processes: pids ([\d ]+)", log).group(1).split()]
-
-
 def test_worker_rank_killed_during_startup(tmp_path):
     """mpirun kills the other ranks; their Ray processes die with them (no rank can tidy up)."""
     proc, job_dir = start(tmp_path, 2)
-    log = wait_for_line(job_dir / "rank-0001.log", "will connect to")
+    wait_for_event(job_dir, 1, "worker_will_connect")
     time.sleep(2)  # let both ranks' Ray processes spawn, so that there is something to leak
     run_pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    rank_pid = int(re.search(r"\(pid (\d+)\): rank 1 of 2", log).group(1))
-    os.kill(rank_pid, signal.SIGKILL)
+    os.kill(rank_pid(job_dir, 1), signal.SIGKILL)
     killed_at = time.monotonic()
     run = finish(proc, job_dir, timeout=60)
     assert run.returncode != 0
@@ -70,22 +58,23 @@ def test_worker_rank_killed_during_startup(tmp_path):
         time.sleep(0.5)
     assert not alive_pids(run_pids)
     # The killed rank could not remove its private dir (with the cluster's token): its guard did.
-    dirs = [d for r in (0, 1) for d in re.findall(r"Private dir \(0700, token and Ray's temp dir\): (\S+)",
-                                                    (job_dir / f"rank-{r:04d}.log").read_text())]
+    dirs = [last_event(job_dir, rank, "private_dir")["path"] for rank in (0, 1)]
     assert len(dirs) == 2 and not [d for d in dirs if os.path.exists(d)]
 
 
 def test_head_gcs_killed_while_the_driver_runs(tmp_path):
     proc, job_dir = start(tmp_path, 2, driver=[*PROBE, "--sleep", "600"])
-    log = wait_for_line(job_dir / "rank-0000.log", "Driver started")
-    gcs = [pid for pid in logged_pids(log) if psutil.Process(pid).name() == "gcs_server"]
+    wait_for_event(job_dir, 0, "driver_started")
+    gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
     assert len(gcs) == 1
     os.kill(gcs[0], signal.SIGKILL)
     killed_at = time.monotonic()
     run = finish(proc, job_dir, timeout=90)
     assert run.returncode == 1
     assert time.monotonic() - killed_at < 30
-    assert "the head's Ray node exited" in run.stderr and "rank-0000.ray.log" in run.stderr
+    assert run.event(0, "head_lost")["output"].endswith("rank-0000.ray.log")
+    assert "rank-0000.ray.log" in run.stderr  # said where to look, at once
+    assert exit_codes(job_dir, 2) == [1, 1]
     assert_nothing_left(run, wait=10)
 
 
@@ -141,7 +130,7 @@ def test_one_ray_node_per_host(tmp_path):
     probe = run.probe()
     assert probe["nodes"] == 1
     assert probe["cpus"] == len(os.sched_getaffinity(0))
-    assert "idle" in run.rank_log(3)
+    assert "idle_by_design" in run.names(3)
     assert_nothing_left(run)
 
 
@@ -172,6 +161,5 @@ def test_a_lone_failing_worker_ends_every_rank_with_its_code(tmp_path):
     assert "BAD TERMINATION" not in result.stdout + result.stderr
     assert "rank 3 on" in result.stderr and "/nonexistent-mpiray-root" in result.stderr
     job_dir = tmp_path / "logs" / job_id
-    for rank in range(4):
-        assert (job_dir / f"rank-{rank:04d}.log").read_text().rstrip().endswith("Exit code 2")
+    assert exit_codes(job_dir, 4) == [2, 2, 2, 2]
     assert_nothing_left(Launch(result.returncode, result.stdout, result.stderr, job_dir, 0))

@@ -63,10 +63,10 @@ def test_every_node_exports_metrics_on_a_port_of_its_block(job_of_35_s):
     problem = commands.metrics_agent_problem()
     if problem:  # Ray without ray[default]: no agent serves metrics, and Ray is told so (no port to dial)
         assert all(not node["port"] or node["port"] < 0 for node in nodes), nodes
-        assert not any("--metrics-export-port" in run.rank_log(rank) for rank in (0, 1))
+        assert not any("--metrics-export-port" in run.event(rank, "node_starting")["command"] for rank in (0, 1))
         pytest.skip(f"Ray's metrics agents cannot serve here: {problem}")
     for rank, node in enumerate(nodes):
-        block = re.search(r"Ports: block (\d+)-(\d+)", run.rank_log(rank))
-        assert int(block.group(1)) <= node["port"] <= int(block.group(2)), (node, block.group(0))
+        block = run.event(rank, "ports_planned")
+        assert block["first"] <= node["port"] <= block["last"], (node, block)
         assert node.get("status") == 200, node
         assert node["content_type"].startswith("text/plain") and node["types"] > 0 and node["ray_samples"] > 0, node

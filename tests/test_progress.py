@@ -23,24 +23,31 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def test_the_line_is_redrawn_in_place_and_erased_at_the_end():
+def event(name: str, peer: int) -> dict:
+    return {"event": name, "fields": {"peer": peer}}
+
+
+def test_the_line_is_drawn_from_rank_0s_events_in_place_and_erased_at_the_end():
     out = io.StringIO()
     live = Progress(out, 24, time.time())
-    live.update(1, 8)
-    live.update(1, 8)  # nothing changed, within REDRAW: not drawn again
-    live.update(12, 8)
+    for peer in range(1, 9):
+        live.on_event(event("join_granted", peer))  # each a redraw: 1/24 ready, 1..8 joining
+    out.truncate(0)
+    out.seek(0)
+    live.tick()  # nothing changed, within REDRAW: not drawn again
+    live.on_event(event("session_sent", 0))  # not about joins: ignored
+    for peer in range(9, 20):
+        live.on_event(event("worker_idle", peer))  # ready, never held a slot
     live.close()
     text = out.getvalue()
-    assert re.fullmatch(
-        r"\rmpiray: 1/24 ranks ready, 8 joining \(\d+\.\d s\)\x1b\[K"
-        r"\rmpiray: 12/24 ranks ready, 8 joining \(\d+\.\d s\)\x1b\[K"
-        r"\r\x1b\[K", text), repr(text)
+    assert re.fullmatch("".join(rf"\rmpiray: {ready}/24 ranks ready, 8 joining \(\d+\.\d s\)\x1b\[K"
+                                for ready in range(2, 13)) + r"\r\x1b\[K", text), repr(text)
 
 
 def test_without_a_terminal_nothing_is_written(monkeypatch):
     monkeypatch.setenv("TERM", "xterm")
     live = Progress(None, 4, time.time())
-    live.update(1, 3)
+    live.on_event(event("join_granted", 1))
     live.close()  # nothing to write to, and no error
     assert progress.terminal("off", FakeTerminal()) is None
     assert progress.terminal("auto", io.StringIO()) is None  # a pipe, and pytest runs under no mpirun
@@ -56,8 +63,8 @@ def test_a_terminal_that_goes_away_costs_the_line_only():
             raise OSError(5, "Input/output error")
 
     live = Progress(Gone(), 4, time.time())
-    live.update(1, 3)
-    live.update(2, 2)
+    live.on_event(event("join_granted", 1))
+    live.on_event(event("worker_joined", 1))
     live.close()
     assert live.stream is None
 

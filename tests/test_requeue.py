@@ -64,9 +64,11 @@ def test_resume_picks_the_newest_unfinished_experiment_never_a_finished_one(tmp_
 
 
 def test_slurm_says_when_a_job_is_a_restart():
-    assert storage.restart_of({"SLURM_RESTART_COUNT": "2"}) == "restart 2 (SLURM_RESTART_COUNT)"
-    assert storage.restart_of({"SLURM_RESTART_COUNT": "0"}) is None
-    assert storage.restart_of({}) is None
+    job = {"SLURM_JOB_ID": "77"}
+    assert storage.restart_of({**job, "SLURM_RESTART_COUNT": "2"}) == "restart 2 (SLURM_RESTART_COUNT)"
+    assert storage.restart_of({**job, "SLURM_RESTART_COUNT": "0"}) is None
+    assert storage.restart_of(job) is None
+    assert storage.restart_of({"PBS_JOBID": "77.server"}) is None  # PBS keeps its id on qrerun, says no count
 
 
 def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
@@ -110,7 +112,7 @@ def test_which_experiment_a_run_continues(tmp_path):
     from train.run import _experiment_to_continue
 
     job = make_experiment(tmp_path / "PPO_CartPole-v1_20261123-100000", "RUNNING", job_id="77")
-    requeued = {"MPIRAY_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}
+    requeued = {"MPIRAY_JOB_ID": "77", "SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}
     assert _experiment_to_continue(options(), "PPO", tmp_path, requeued) == (
         job, "job 77 started it; this is its restart 1 (SLURM_RESTART_COUNT)")
     # The same job id without a restart (two runs in one salloc allocation): a new experiment.

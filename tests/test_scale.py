@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_nothing_left, launch, launcher_argv, new_job_id
+from conftest import ROOT, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_events
 from mpiray.joins import FAST_JOIN, FIRST_WINDOW, SLOW_JOIN, Joins, JoinWindow
 
 # ---- the window, as pure functions ------------------------------------------------------------
@@ -46,17 +46,13 @@ def test_slots_go_out_in_rank_order_and_come_back_with_each_report():
 
 # ---- real runs ------------------------------------------------------------------------------------
 
-SLOT = re.compile(r"Join slot for rank (\d+)")
-JOINED = re.compile(r"Worker on rank (\d+) with ip \S+ is connected!")
-
-
 @pytest.mark.slow
 def test_a_window_of_one_lets_one_node_join_at_a_time(tmp_path):
     run = launch(tmp_path, 4, args=["--join-window", "1"], tag="window")
     assert run.returncode == 0, run.stderr
-    events = [(m.re is SLOT, int(m.group(1))) for line in run.rank_log(0).splitlines()
-              for m in [SLOT.search(line) or JOINED.search(line)] if m]
-    assert events == [(True, 1), (False, 1), (True, 2), (False, 2), (True, 3), (False, 3)]
+    joins = [(r["event"], r["fields"]["peer"]) for r in run.events(0) if r["event"] in ("join_granted", "worker_joined")]
+    assert joins == [("join_granted", 1), ("worker_joined", 1), ("join_granted", 2), ("worker_joined", 2),
+                     ("join_granted", 3), ("worker_joined", 3)]
     assert_nothing_left(run)
 
 
@@ -66,9 +62,8 @@ def test_a_join_that_fails_as_an_overloaded_gcs_makes_it_is_retried(tmp_path):
     run = launch(tmp_path, 3, env={"MPIRAY_TEST_FAIL_JOIN": str(tmp_path / "failed-once")}, tag="retry")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "failed-once").exists()
-    logs = run.rank_log(1) + run.rank_log(2)
-    assert logs.count("timed out during startup") == 1
-    assert "starting this rank's node again (attempt 2 of 3)" in logs
+    retries = [run.event(rank, "join_retry") for rank in (1, 2) if run.event(rank, "join_retry")]
+    assert len(retries) == 1 and retries[0]["attempt"] == 2 and "timed out during startup" in retries[0]["reason"]
     assert run.probe()["nodes"] == 3
     assert_nothing_left(run)
 
@@ -83,10 +78,10 @@ def test_dry_run_does_the_whole_protocol_at_32_ranks_and_starts_nothing(tmp_path
     assert len(re.findall(r"^  rank +\d+ ", result.stdout, re.M)) == 32
     job_dir = tmp_path / "logs" / job_id
     for rank in range(32):
-        log = (job_dir / f"rank-{rank:04d}.log").read_text()
-        assert "Dry run: would start Ray" in log and "--node-name=" in log
-        assert log.rstrip().endswith("Exit code 0")
-        assert "Private dir" not in log and "Ray node processes" not in log
+        names = [r["event"] for r in rank_events(job_dir, rank)]
+        assert "--node-name=" in last_event(job_dir, rank, "dry_run_node")["command"]
+        assert names[-1] == "exit" and last_event(job_dir, rank, "exit")["code"] == 0
+        assert "private_dir" not in names and "node_pids" not in names
     assert not list(job_dir.glob("*.ray.log"))  # no `ray start` ran
     assert "PROBE" not in result.stdout  # nor the driver
 

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id
+from conftest import (
+    ROOT, Launch, alive_pids, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_pid,
+)
+from mpiray.events import read_events
 from mpiray.logs import Tee
 from mpiray.raycompat import ray_version
 
@@ -24,11 +27,12 @@ as_another_user = pytest.mark.skipif(
     os.getuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
     reason="attacks run as uid 65534 through setpriv: needs root, util-linux and /usr/bin/python3",
 )
-PRIVATE_DIR = re.compile(r"Private dir \(0700, token and Ray's temp dir\): (\S+)")
 
 
 def private_dirs(job_dir: Path) -> list[str]:
-    return [d for log in job_dir.glob("rank-*[0-9].log") for d in PRIVATE_DIR.findall(log.read_text())]
+    """Every private dir a rank of the job logged, in every run of it."""
+    return [record["fields"]["path"] for path in job_dir.glob("rank-*.jsonl") for record in read_events(path)
+            if record["event"] == "private_dir"]
 
 
 def line(stdout: str, tag: str) -> dict:
@@ -93,7 +97,8 @@ def test_every_ray_node_keeps_its_files_in_its_ranks_private_dir(tmp_path):
     worker_ray_log = (run.job_dir / "rank-0001.ray.log").read_text()
     assert "will be ignored" not in worker_ray_log  # Ray's own warning about a worker's --temp-dir
     old_ray = tuple(map(int, ray_version().split(".")[:2])) < (2, 55)
-    assert ("ignores a worker's --temp-dir" in run.rank_log(1)) == old_ray
+    assert (run.event(1, "compat_note") is not None and
+            "ignores a worker's --temp-dir" in run.event(1, "compat_note")["note"]) == old_ray
     assert not any(os.path.exists(d) for d in private.values())
     assert_nothing_left(run)
 
@@ -110,7 +115,7 @@ def test_a_reused_job_id_keeps_every_runs_logs_and_succeeds(tmp_path):
         assert "teardown" not in result.stderr
     assert sorted(p.name for p in job_dir.glob("ray-rank-0000*")) == ["ray-rank-0000", "ray-rank-0000.2", "ray-rank-0000.3"]
     assert (job_dir / "driver.log").read_text().splitlines() == ["run 1", "run 2", "run 3"]
-    assert (job_dir / "rank-0001.log").read_text().count("Exit code 0") == 3
+    assert [r["fields"]["code"] for r in read_events(job_dir / "rank-0001.jsonl") if r["event"] == "exit"] == [0, 0, 0]
     assert not any(os.path.exists(d) for d in private_dirs(job_dir))
 
 
@@ -124,8 +129,7 @@ def test_a_planted_driver_log_neither_hangs_the_job_nor_changes_its_exit_code(tm
                  driver=[sys.executable, "-c", "print('still here'); raise SystemExit(3)"], tag="fifo")
     assert run.returncode == 3, run.stderr
     assert "still here" in run.stdout
-    rank0 = (job_dir / "rank-0000.log").read_text()
-    assert "driver.log is incomplete (cannot open" in rank0
+    assert last_event(job_dir, 0, "driver_log_incomplete")["problem"].startswith("cannot open")
     assert not any(os.path.exists(d) for d in private_dirs(job_dir))
 
 
@@ -161,8 +165,7 @@ def test_killed_ranks_leave_no_private_dir(tmp_path):
             time.sleep(0.2)
         dirs = private_dirs(job_dir)
         assert len(dirs) == 2 and all(os.path.isdir(d) for d in dirs)
-        ranks = [int(pid) for pid in re.findall(r"\(pid (\d+)\): rank \d of 2", "".join(
-            (job_dir / f"rank-{r:04d}.log").read_text() for r in (0, 1)))]
+        ranks = [rank_pid(job_dir, rank) for rank in (0, 1)]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         for pid in ranks:  # mpirun's death reaches its ranks through hydra's proxy; make sure it did
@@ -300,8 +303,7 @@ def test_a_job_removes_the_private_dirs_that_killed_ranks_left(tmp_path, short_t
     run = launch(tmp_path, 2, args=["--temp-dir", str(temp)], tag="sweep")
     assert run.returncode == 0, run.stderr[-3000:]
     assert not any(path.exists() for path in stale)
-    logs = run.rank_log(0) + run.rank_log(1)
-    assert "private dir(s) of this user's ranks that were killed" in logs
-    assert all(str(path) in logs for path in stale)
+    swept = [path for rank in (0, 1) for path in (run.event(rank, "stale_dirs_removed") or {}).get("paths", [])]
+    assert sorted(swept) == sorted(map(str, stale))
     assert not list(temp.iterdir())  # and this job's own dirs are gone too
     assert_nothing_left(run)

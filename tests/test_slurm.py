@@ -16,11 +16,11 @@ import shlex
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import driver_report
+from conftest import driver_report, rank_events
+from mpiray.events import read_events
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,6 @@ PROBE = ROOT / "tests" / "drivers" / "probe.py"
 JOB_TIMEOUT_S = 300
 # Slurm's SIGKILL comes KillWait (10 s) after a cancel; then the nodes need a moment.
 GONE_TIMEOUT_S = testbed.KILL_WAIT_S + 50
-LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) rank \d+ \(([^)]+)\): (.*)$")
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -109,17 +108,28 @@ def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB
     pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
 
 
-def log_time(log: str, text: str) -> float:
-    """Epoch time of the first line of a rank log that contains text."""
-    for line in log.splitlines():
-        match = LOG_TIME.match(line)
-        if match and text in match.group(3):
-            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
-    raise AssertionError(f"no line with {text!r} in:\n{log}")
+def log_time(records: list[dict], name: str) -> float:
+    """Epoch time of a rank's first event called name."""
+    for record in records:
+        if record["event"] == name:
+            return record["time"]
+    raise AssertionError(f"no {name} event in {[r['event'] for r in records]}")
 
 
-def rank_logs(job_dir: Path, ranks: int) -> list[str]:
-    return [(job_dir / f"rank-{rank:04d}.log").read_text() for rank in range(ranks)]
+def field(records: list[dict], name: str, key: str):
+    """A field of a rank's last event called name (None: no such event)."""
+    found = [record["fields"].get(key) for record in records if record["event"] == name]
+    return found[-1] if found else None
+
+
+def rank_logs(job_dir: Path, ranks: int) -> list[list[dict]]:
+    """Each rank's events (its last run)."""
+    return [rank_events(job_dir, rank) for rank in range(ranks)]
+
+
+def exited_with(logs: list[list[dict]], code: int) -> bool:
+    return all(records and records[-1]["event"] == "exit" and records[-1]["fields"]["code"] == code
+               for records in logs)
 
 
 def placement(output: str) -> dict:
@@ -130,12 +140,13 @@ def node_ip_by_host(bed: testbed.Testbed) -> dict[str, str]:
     return {node.name: node.ip for node in bed.nodes}
 
 
-def assert_each_rank_advertises_its_own_node_ip(bed: testbed.Testbed, logs: list[str]) -> None:
+def assert_each_rank_advertises_its_own_node_ip(bed: testbed.Testbed, logs: list[list[dict]]) -> None:
     """Every rank passed --node-ip-address with its own host's address, never 127.x."""
     ips = node_ip_by_host(bed)
-    for log in logs:
-        host = LOG_TIME.match(log.splitlines()[-1]).group(2)
-        advertised = re.findall(r"--node-ip-address=(\S+)", log)
+    for records in logs:
+        host = records[-1]["host"]
+        advertised = [arg.split("=", 1)[1] for r in records if r["event"] == "node_starting"
+                      for arg in r["fields"]["argv"] if arg.startswith("--node-ip-address=")]
         assert advertised == [ips[host]], (host, advertised)
 
 
@@ -236,8 +247,9 @@ def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, 
 
     logs = rank_logs(job_dir, 3)
     assert_each_rank_advertises_its_own_node_ip(bed, logs)
-    assert "scheduler slurm, launcher srun, 3 tasks" in logs[0]
-    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    assert (field(logs[0], "rank_started", "scheduler"), field(logs[0], "rank_started", "launcher")) == ("slurm", "srun")
+    assert field(logs[0], "rank_started", "size") == 3
+    assert exited_with(logs, 0)
     jobs.wait_until_gone(job_dir.name)
 
 
@@ -253,8 +265,9 @@ def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_pa
     assert "srun --mpi=pmi2" in result.stderr
     assert "PROBE" not in result.stdout  # no driver, no Ray: it stops before starting anything
     assert time.monotonic() - started < 60
-    logged = "".join(path.read_text() for path in (tmp_path / "logs").rglob("rank-*.log"))
-    assert "--mpi=pmi2" in logged
+    failures = [r["fields"] for path in (tmp_path / "logs").rglob("rank-*.jsonl") for r in read_events(path)
+                if r["event"] == "failed"]
+    assert failures and all(f["cause"] == "mpi_singletons" and "--mpi=pmi2" in f["message"] for f in failures)
     (job_id,) = jobs.ended_ids()
     jobs.wait_until_gone(job_id)
 
@@ -276,11 +289,11 @@ def test_a_lone_failing_rank_ends_the_job_within_seconds(slurm_testbed, jobs, tm
     (job_dir,) = (tmp_path / "logs").iterdir()
     jobs.ids.append(job_dir.name)
     logs = rank_logs(job_dir, 24)
-    assert "/nonexistent-mpiray-root" in logs[3]
-    failed = log_time(logs[3], "ERROR")
+    assert "/nonexistent-mpiray-root" in field(logs[3], "failed", "message")
+    failed = log_time(logs[3], "failed")
     assert ended - failed < 30
-    assert all(log.rstrip().endswith("Exit code 2") for log in logs)
-    assert {LOG_TIME.match(log.splitlines()[-1]).group(2) for log in logs} == set(slurm_testbed.node_names)
+    assert exited_with(logs, 2)
+    assert {records[-1]["host"] for records in logs} == set(slurm_testbed.node_names)
     report(capsys, request, failure_to_srun_exit=ended - failed)
     jobs.wait_until_gone(job_dir.name)
 
@@ -302,7 +315,7 @@ def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, 
     assert "RANK 1:" not in result.stdout and "RANK 2:" not in result.stdout  # they served, never returned
     logs = rank_logs(job_dir, 3)
     assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
-    assert all(log.rstrip().endswith(f"Exit code {code}") for log in logs)
+    assert exited_with(logs, code)
     jobs.wait_until_gone(job_dir.name)
 
 
@@ -321,7 +334,7 @@ def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys
     probe = driver_report(result.stdout, "PROBE", result.stderr)
     assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
     logs = rank_logs(job_dir, 24)
-    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    assert exited_with(logs, 0)
     report(capsys, request, srun_to_exit=time.monotonic() - started,
            ready=float(re.search(r"ready in ([\d.]+) s", result.stdout).group(1)))
     jobs.wait_until_gone(job_dir.name)
@@ -342,7 +355,7 @@ def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
          "--cpus-per-task=2", str(JOBS / "slurm_multi_node.sh")],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        rank0 = wait_for_file_text(tmp_path, "logs/*/rank-0000.log", "Driver exited")
+        rank0 = wait_for_file_text(tmp_path, "logs/*/rank-0000.jsonl", '"event": "driver_exited"')
         job_id = rank0.parent.name
         jobs.ids.append(job_id)
         result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
@@ -366,13 +379,13 @@ def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
     logs = rank_logs(job_dir, 3)
     assert_each_rank_advertises_its_own_node_ip(bed, logs)
     assert "PLACEMENT" in (job_dir / "driver.log").read_text()
-    assert "Resources given to Ray: 2 CPUs" in logs[1]  # --cpus-per-task reached the ranks
-    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    assert field(logs[1], "resources_given", "cpus") == 2  # --cpus-per-task reached the ranks
+    assert exited_with(logs, 0)
     jobs.wait_until_gone(job_id)
 
-    launched = log_time(logs[0], "mpiray on ")  # rank 0's first line: MPI is up
-    ready = log_time(logs[0], "Workers are all running!")
-    driver_exit = log_time(logs[0], "Driver exited")
+    launched = log_time(logs[0], "rank_started")  # MPI is up
+    ready = log_time(logs[0], "cluster_ready")
+    driver_exit = log_time(logs[0], "driver_exited")
     report(capsys, request, sbatch_to_rank0_running=launched - submitted,
            sbatch_to_workers_running=ready - submitted, driver_exit_to_completed=completed - driver_exit)
 
@@ -384,10 +397,9 @@ def test_failing_driver_fails_the_job_with_its_exit_code(slurm_testbed, jobs, tm
     result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
     assert result == testbed.JobResult(state="FAILED", exit_code=3, signal=0)
     logs = rank_logs(tmp_path / "logs" / job_id, 3)
-    assert "Driver exited with code 3" in logs[0]
-    for log in logs[1:]:
-        assert "Rank 0 ended the job with exit code 3" in log
-    assert all(log.rstrip().endswith("Exit code 3") for log in logs)
+    assert field(logs[0], "driver_exited", "code") == 3
+    assert [field(records, "job_ended", "code") for records in logs[1:]] == [3, 3]
+    assert exited_with(logs, 3)
     jobs.wait_until_gone(job_id)
 
 
@@ -427,15 +439,16 @@ def test_scancel_gives_the_driver_its_grace_then_every_rank_stops(
     saved = json.loads(marker.read_text())  # the driver's SIGTERM handler ran to its end
     assert saved["saved"] - saved["sigterm"] >= 2
     logs = rank_logs(job_dir, 3)
-    assert f"SIGTERM to the driver, {grace:g} s to finish" in logs[0]
+    assert field(logs[0], "stop_signal", "grace") == grace
     # The driver had finished saving before any rank stopped its Ray node.
-    for rank, log in enumerate(logs):
+    for rank, records in enumerate(logs):
         if rank > 0:
-            assert saved["saved"] <= log_time(log, "Rank 0 ended the job with exit code 143")
-        if "Stopped " in log:
-            assert saved["saved"] <= log_time(log, "Stopped ")
+            assert field(records, "job_ended", "code") == 143
+            assert saved["saved"] <= log_time(records, "job_ended")
+        if field(records, "processes_stopped", "count") is not None:
+            assert saved["saved"] <= log_time(records, "processes_stopped")
     if stop == "scancel-signal-term":  # no SIGKILL from Slurm: every rank ends on its own
-        assert all(log.rstrip().endswith("Exit code 143") for log in logs)
+        assert exited_with(logs, 143)
     report(capsys, request, scancel_to_driver_sigterm=saved["sigterm"] - signalled,
            scancel_to_no_process_left=gone - signalled)
 
@@ -452,7 +465,7 @@ def test_single_node_script_splits_the_node_between_its_ranks(slurm_testbed, job
     assert probe["cpus"] == testbed.CPUS_PER_NODE  # two Ray nodes, one node's cores, none twice
     assert len(set(probe["ips"])) == 1
     logs = rank_logs(tmp_path / "logs" / job_id, 2)
-    assert all(log.rstrip().endswith("Exit code 0") for log in logs)
+    assert exited_with(logs, 0)
     jobs.wait_until_gone(job_id)
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from mpiray.joblogs import parse
-from test_slurm import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, jobs, rank_logs, report  # noqa: F401, F811 (jobs: a fixture)
+from test_slurm import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, jobs, rank_logs, report  # noqa: F401, F811 (jobs: a fixture)
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 
@@ -87,10 +86,10 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     assert int(rows[-1]["training_iteration"]) == 8
     assert {int(row["training_iteration"]) for row in rows} == set(range(1, 9))
     # Timings: the work lost, and how long the second run took from its start to its first iteration.
-    lines = parse.last_run(parse.parse_lines((tmp_path / "logs" / job_id / "rank-0000.log").read_text()))[0]
+    restarted = rank_logs(tmp_path / "logs" / job_id, 1)[0][0]["time"]  # the second run's first event
     first_new = next(row for row in rows[::-1] if int(row["training_iteration"]) == first_iteration)
     report(capsys, request, iterations_lost=float(done_before - (first_iteration - 1)),
-           restart_to_first_new_iteration=float(first_new["timestamp"]) - lines[0].time,
+           restart_to_first_new_iteration=float(first_new["timestamp"]) - restarted,
            requeue_to_completed=time.time() - requeued)
     jobs.wait_until_gone(job_id)
 
@@ -118,7 +117,7 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
         for rank, after in ((1, 3), (2, 6)):
             wait_for("*/driver.log", rf" iter {after} \|", JOB_TIMEOUT_S, root=log_dir)
             (job_dir,) = log_dir.iterdir()
-            pids = map(int, re.search(r"Ray node processes: pids ([\d ]+)", rank_logs(job_dir, 3)[rank]).group(1).split())
+            pids = field(rank_logs(job_dir, 3)[rank], "node_pids", "pids")
             raylet = next(pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).name() == "raylet")
             os.kill(raylet, signal.SIGKILL)
             killed[rank] = time.time()
@@ -133,9 +132,8 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
     assert code == 0, (tmp_path / "srun.out").read_text()[-4000:]
     assert re.search(r"trial \S+: 12 iterations", driver), driver[-3000:]
     assert "note: the head node" not in driver  # the algorithm was placed on the head
-    logs = rank_logs(job_dir, 3)
-    for rank in (1, 2):
-        assert f"rank {rank}: its Ray node exited" in logs[0]
+    lost = [record["fields"]["peer"] for record in rank_logs(job_dir, 3)[0] if record["event"] == "node_lost"]
+    assert lost == [1, 2]
     iteration_times = [float(t) for t in re.findall(r" iter \d+ \|.*\| (\d+\.\d) s$", driver, re.M)]
     report(capsys, request, node2_lost_to_end=ended - killed[1], node3_lost_to_end=ended - killed[2],
            training_s=iteration_times[-1])

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import exit_codes
 from train import cli, cluster, config, storage
 from train.envs import BasicEnv, CorridorEnv, EnvConfigError, EnvFactory, EnvNotFoundError, inspect_env
 from train.evaluate import find_checkpoint, format_returns
@@ -582,8 +583,7 @@ def test_train_starts_its_own_cluster_over_mpi_ranks_with_dash_dash_mpi(tmp_path
     assert re.search(r"on a 2-node cluster \(2 CPUs", process.stdout + process.stderr)
     assert "[train] experiment:" in process.stdout + process.stderr
     (job_dir,) = (tmp_path / "logs").iterdir()
-    for rank in (0, 1):
-        assert (job_dir / f"rank-{rank:04d}.log").read_text().rstrip().endswith("Exit code 0")
+    assert exit_codes(job_dir, 2) == [0, 0]
 
 
 # ---------------------------------------------------------------- the console

@@ -169,10 +169,9 @@ def restart_of(environ: Mapping[str, str]) -> Optional[str]:
 
     PBS keeps PBS_JOBID on qrerun and sets no count: the job tag finds the experiment there.
     """
-    count = environ.get("SLURM_RESTART_COUNT", "").strip()
-    if count.isdigit() and int(count) > 0:
-        return f"restart {count} (SLURM_RESTART_COUNT)"
-    return None
+    from mpiray import scheduler
+
+    return scheduler.detect(environ).restart
 
 
 def _probe_from_node(probe_dir: str, node_id: str) -> str:

@@ -1,14 +1,16 @@
 """`mpiray logs [LOG_DIR/]JOB_ID`: a job's rank logs read for the user, at a glance.
 
-Each rank writes LOG_DIR/JOB_ID/rank-NNNN.log, one timestamped line per start-up step (logs.RankLog).
-This package reads them back: the cluster table (rank, host, IP, resources, joined after, status),
-the start-up phases, the first error and the ranks that never reported, as text, as JSON
-(`--json`) or as a timeline image (`--png`). Parsing is pure functions over the logs' text, so a
-failed or killed job's partial logs (a log that stops mid-way, ranks without a log) read as well as
-a clean one's. Times are seconds after the job's first log line, on the ranks' own clocks.
+Each rank writes its events to LOG_DIR/JOB_ID/rank-NNNN.jsonl (events.py). This package reads them
+back, never the English rank-NNNN.log: the cluster table (rank, host, IP, resources, joined after,
+status), the start-up phases, the first error and the ranks that never reported, why the job failed
+(a known cause and its fix, per rank), each node's manifest; as text, as JSON (`--json`) or as a
+timeline image (`--png`). Reading is pure functions over the events, so a failed or killed job's
+partial logs (a log that stops mid-way, ranks without a log) read as well as a clean one's. Times
+are seconds after the job's first event, on the ranks' own clocks.
 
-In reading order: parse (one rank's log -> facts), analyse (all ranks -> the report), files (where
-a job's logs are), render (the report as text), timeline (as an image); the command is here.
+In reading order: parse (one rank's events -> facts), classify (failures -> causes), analyse (all
+ranks -> the report), files (where a job's logs are), render (the report as text), timeline (as an
+image); the command is here.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mpiray logs",
         description="Explain a job from its rank logs: the cluster table, the start-up phases, the first "
-        "error and the ranks that never reported. Works on a failed or killed job's partial logs.",
+        "error, the ranks that never reported, why it failed (with the fix) and each node's manifest. Works "
+        "on a failed or killed job's partial logs.",
     )
     parser.add_argument("job", nargs="?", default=None,
                         help="a job's log dir, LOG_DIR/JOB_ID, or a JOB_ID under --log-dir "

@@ -1,29 +1,33 @@
 """All ranks' facts (parse.py) joined into the job's report, plain data as `--json` prints it: the
-cluster table's rows, each rank's time line, the start-up phases, the first error and why each rank
-that never reported did not. Times are seconds after the job's first log line, on the ranks' clocks."""
+cluster table's rows, each rank's time line, the start-up phases, the first error, why each rank
+that never reported did not, each node's manifest, and why the job failed (classify.py). Times are
+seconds after the job's first event, on the ranks' clocks."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
-from mpiray.joblogs.parse import EPOCH, Peer, RankFacts, parse_resources, rank_facts
+from mpiray.joblogs.classify import classify
+from mpiray.joblogs.parse import EPOCH, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
 SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 
 
-def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]], changed: float | None = None) -> dict:
-    """Every rank's log (rank -> (path, text)) -> the job's report: plain data, as `--json` prints it.
+def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
+            ray_logs: Callable[[int], str] | Mapping[int, str] | None = None) -> dict:
+    """Every rank's events (rank -> (its human log's path, its records)) -> the job's report: plain data,
+    as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it).
 
     Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
     when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
     least until their last line, and its guards wrote there when they died, so their last state is
     drawn on until then, hatched.
     """
-    facts = {rank: rank_facts(rank, text, path) for rank, (path, text) in logs.items()}
+    facts = {rank: rank_facts(rank, records, path) for rank, (path, records) in logs.items()}
     head = facts.get(0)
     # A worker's log whose last line is older than rank 0's first is an earlier run's (a re-used job id).
     if head is not None and head.first is not None:
@@ -48,9 +52,9 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]], chan
         entry["logged_until_s"] = entry["last_s"]
         if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
             entry["segments"][-1][2] = changed_s
-    for time, rank, _, _, message in head.job_errors if head else ():
+    for time, rank, _, _, message, cause in head.job_errors if head else ():
         if rank != 0 and rank < size and not ranks[rank]["error"]:  # its own log does not say: rank 0's word
-            ranks[rank].update(status=FAILED, error=message, error_s=rel(time))
+            ranks[rank].update(status=FAILED, error=message, error_s=rel(time), cause=cause)
     phases = _phases(head, ranks, facts, rel)
     first_error = _first_error(facts, rel)
     if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
@@ -59,13 +63,16 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]], chan
              if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None]
     exit_codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
     hosts = sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural)
+    exit_code = head.exit_code if head and head.exit_code is not None else (
+        next(iter(exit_codes)) if len(exit_codes) == 1 else None)
+    causes = classify(ranks, facts, ray_logs or {}, exit_code, head.driver_code if head else None)
     return {
         "job_id": job_id,
         "job_dir": job_dir,
         "ranks": size,
         "hosts": hosts,
         "started": None if t0 is None else _stamp(t0),
-        "exit_code": head.exit_code if head and head.exit_code is not None else (exit_codes.pop() if len(exit_codes) == 1 else None),
+        "exit_code": exit_code,
         "driver": head.driver if head else "",
         "driver_exit_code": head.driver_code if head else None,
         "earlier_runs": max((f.earlier_runs for f in facts.values()), default=0),
@@ -79,6 +86,10 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, str]], chan
             ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
             key=lambda w: w["s"],
         ),
+        "lost_nodes": sorted(({"rank": rank, "s": rel(time), "reported_by": f.rank, "message": message}
+                              for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
+        "causes": causes,
+        "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
     }
 
 
@@ -110,8 +121,8 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         "host": facts.host or peer.host,
         "pid": facts.pid,
         "ip": facts.ip or peer.ip,
-        "resources": parse_resources(resources),
-        "resources_text": resources,
+        "resources": resources,
+        "resources_text": describe(resources),
         "joined_s": None if idle else rel(joined),
         "status": status,
         "exit_code": facts.exit_code,
@@ -120,11 +131,14 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         "logged_until_s": None,  # a log without an exit line: its last line (the bar goes on, hatched)
         "first_s": rel(facts.first),
         "last_s": rel(facts.last),
-        "last_step": facts.last_message,
+        "last_step": facts.last_event,
         "join_slot_s": rel(peer.join_slot),
         "join_attempts": facts.join_attempts,
         "error": facts.errors[0][1] if facts.errors else "",
         "error_s": rel(facts.errors[0][0]) if facts.errors else None,
+        "cause": facts.errors[0][2] if facts.errors else "",
+        "launched_s": rel(facts.launched),
+        "mpi_ready_s": rel(facts.mpi_ready),
         "stopped": {"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
         if facts.stopped is not None else None,
     }
@@ -213,14 +227,15 @@ def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
     """The earliest ERROR line of any rank; one rank 0 relays is the failing rank's own."""
     candidates = []
     for f in facts.values():
-        for time, message in f.errors:
-            candidates.append((time, f.rank, f.host, f.log, message, f.rank))
-        for time, rank, host, log, message in f.job_errors:
-            candidates.append((time, rank, host, log, message, f.rank))
+        for time, message, cause, _ in f.errors:
+            candidates.append((time, f.rank, f.host, f.log, message, f.rank, cause))
+        for time, rank, host, log, message, cause in f.job_errors:
+            candidates.append((time, rank, host, log, message, f.rank, cause))
     if not candidates:
         return None
-    time, rank, host, log, message, reported_by = min(candidates, key=lambda c: (c[0], c[5] != c[1]))
-    return {"s": rel(time), "rank": rank, "host": host, "log": log, "message": message, "reported_by": reported_by}
+    time, rank, host, log, message, reported_by, cause = min(candidates, key=lambda c: (c[0], c[5] != c[1]))
+    return {"s": rel(time), "rank": rank, "host": host, "log": log, "message": message, "reported_by": reported_by,
+            "cause": cause}
 
 
 def _never_reported(entry: dict, facts: RankFacts | None, rel) -> dict:
@@ -234,7 +249,7 @@ def _never_reported(entry: dict, facts: RankFacts | None, rel) -> dict:
         return {**never, "why": "empty log"}
     stop = stopping_start(facts)
     progress = [step for step in facts.steps if stop is None or step[0] < stop] or facts.steps
-    time, step = progress[-1]
+    time, step = progress[-1]  # an event's name: the human log's words may change
     if facts.ended is not None:
         why = "stopped by rank 0 before joining"
     elif facts.exit_code is None:

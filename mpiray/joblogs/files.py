@@ -1,4 +1,4 @@
-"""Where a job's logs are: a job dir found from what the user typed, and its rank logs read into a report."""
+"""Where a job's logs are: a job dir found from what the user typed, and its ranks' events read into a report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+from mpiray.events import read_events
 from mpiray.joblogs.analyse import analyse
 from mpiray.joblogs.parse import EPOCH
 
-RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
+RANK_EVENTS = re.compile(r"^rank-(\d+)\.jsonl$")
+TAIL_BYTES = 256 * 1024  # of each Ray log the classifier reads: the end is where a failure shows
+RAY_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 
 
 class NoSuchJob(Exception):
@@ -19,14 +22,14 @@ class NoSuchJob(Exception):
 def find_job_dir(target: str | None, log_dir: Path) -> Path:
     """A job dir, LOG_DIR/JOB_ID, or a bare JOB_ID under log_dir; None: log_dir's newest job."""
     if target is None:
-        jobs = [d for d in _subdirs(log_dir) if _rank_logs(d)]
+        jobs = [d for d in _subdirs(log_dir) if _rank_events(d)]
         if not jobs:
             raise NoSuchJob(f"no job logs under {log_dir}/ (give a job id or a job's log dir)")
         return max(jobs, key=lambda d: d.stat().st_mtime)
     for candidate in (Path(target), log_dir / target):
         if candidate.is_dir():
-            if not _rank_logs(candidate):
-                raise NoSuchJob(f"{candidate} has no rank logs (rank-NNNN.log): not an mpiray job's log dir")
+            if not _rank_events(candidate):
+                raise NoSuchJob(f"{candidate} has no rank events (rank-NNNN.jsonl): not an mpiray job's log dir")
             return candidate
     raise NoSuchJob(f"no such job: {target!r} (neither a directory nor {log_dir / target})")
 
@@ -38,10 +41,10 @@ def _subdirs(path: Path) -> list[Path]:
         return []
 
 
-def _rank_logs(job_dir: Path) -> dict[int, Path]:
+def _rank_events(job_dir: Path) -> dict[int, Path]:
     found = {}
     for path in _files(job_dir):
-        match = RANK_LOG.match(path.name)
+        match = RANK_EVENTS.match(path.name)
         if match:
             found[int(match.group(1))] = path
     return found
@@ -54,9 +57,30 @@ def _files(path: Path) -> list[Path]:
         return []
 
 
+def tail(path: Path, size: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, path.stat().st_size - size))
+            return file.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def ray_logs(job_dir: Path, rank: int) -> str:
+    """The end of what rank's Ray wrote: its `ray start` output and its kept session logs (rank 0: and
+    driver.log), for the classifier."""
+    paths = [job_dir / f"rank-{rank:04d}.ray.log"]
+    for kept in sorted(job_dir.glob(f"ray-rank-{rank:04d}*")):
+        paths += [kept / name for name in RAY_FILES]
+    if rank == 0:
+        paths.append(job_dir / "driver.log")
+    return "\n".join(tail(path) for path in paths)
+
+
 def read_job(job_dir: Path) -> dict:
-    logs = {rank: (str(path), path.read_text(errors="replace")) for rank, path in _rank_logs(job_dir).items()}
+    logs = {rank: (str(path.with_suffix(".log")), read_events(path)) for rank, path in _rank_events(job_dir).items()}
     # The dir's own mtime moves when a guard keeps a killed rank's Ray logs there (ray-rank-NNNN).
     changed = max([job_dir.stat().st_mtime] + [p.stat().st_mtime for p in _files(job_dir)])
-    local = datetime.fromtimestamp(changed)  # the logs' stamps are local time
-    return analyse(job_dir.name, str(job_dir), logs, (local - EPOCH).total_seconds())
+    local = datetime.fromtimestamp(changed)  # the events' times are read as local time, as the human log shows
+    return analyse(job_dir.name, str(job_dir), logs, (local - EPOCH).total_seconds(),
+                   lambda rank: ray_logs(job_dir, rank))

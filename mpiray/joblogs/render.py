@@ -26,7 +26,7 @@ def _ranges(ranks: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def format_report(report: dict, never_limit: int = 20) -> str:
+def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) -> str:
     """The report as the terminal shows it."""
     out = []
     hosts = report["hosts"]
@@ -36,7 +36,7 @@ def format_report(report: dict, never_limit: int = 20) -> str:
         + (f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else "")
         + f", exit code {code if code is not None else 'unknown'}"
     )
-    out.append(f"logs: {report['job_dir']}" + (f"; first line {report['started']} (times below: seconds after it)" if report["started"] else ""))
+    out.append(f"logs: {report['job_dir']}" + (f"; first event {report['started']} (times below: seconds after it)" if report["started"] else ""))
     if report["earlier_runs"]:
         out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
     out.append("")
@@ -50,7 +50,7 @@ def format_report(report: dict, never_limit: int = 20) -> str:
         cells += [row[4].rjust(widths[4]), row[5].ljust(widths[5]), row[6].rjust(widths[6])]
         out.append("  " + "  ".join(cells).rstrip())
     out.append("")
-    out.append("phases (s after the first line; the rank that logged it, last of all where many did):")
+    out.append("phases (s after the first event; the rank that logged it, last of all where many did):")
     width = len(f"rank {report['ranks'] - 1}")
     for p in report["phases"]:
         line = f"  {p['phase']:<13} {_seconds(p['s']):>8}"
@@ -102,7 +102,41 @@ def format_report(report: dict, never_limit: int = 20) -> str:
     if warnings:
         first = warnings[0]
         out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: {_short(first['message'], 160)}")
+    for lost in report["lost_nodes"][:10]:
+        out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
+    out += _causes(report["causes"])
+    out += _manifests(report["manifests"], manifest_limit)
     return "\n".join(out)
+
+
+def _causes(causes: list[dict]) -> list[str]:
+    if not causes:
+        return []
+    out = ["", "why it failed:"]
+    for c in causes:
+        out.append(f"  {c['cause']} (rank{'s' * (len(c['ranks']) != 1)} {_ranges(c['ranks'])}): {c['title']}")
+        for evidence in c["evidence"]:
+            out.append(f"    seen: {_short(evidence, 200)}")
+        out.append(f"    fix: {c['fix']}")
+        if c["note"]:
+            out.append(f"    note: {c['note']}")
+    return out
+
+
+def _manifests(manifests: dict, limit: int) -> list[str]:
+    if not manifests:
+        return []
+    out = ["", "nodes (manifests; all fields with --json):"]
+    for rank, m in list(manifests.items())[:limit]:
+        ports = "; ".join(f"{name} {','.join(map(str, ports))}" for name, ports in m.get("listening", {}).items())
+        out.append(f"  rank {rank}: {m.get('ip')} ({m.get('interface')}), Ray {m.get('ray')}, Python {m.get('python')}, "
+                   f"mpi4py {m.get('mpi4py')}, token {m.get('token')}")
+        out.append(f"    listening: {ports or 'none seen'}")
+        phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in m.get("phases", {}).items())
+        out.append(f"    {m.get('cpus')} CPUs, GPUs {m.get('gpus')}, start-up (s after rank 0 began): {phases}")
+    if len(manifests) > limit:
+        out.append(f"  ... and {len(manifests) - limit} more (see --json)")
+    return out
 
 
 def _never_groups(never: list[dict]) -> list[tuple[str, list[dict]]]:

@@ -2,23 +2,23 @@
 
     attacked.py SECRET_FILE
 
-The rank logs name each rank's private dir. The attack runs as uid 65534 (setpriv); then a task runs
+The rank logs' events name each rank's private dir. The attack runs as uid 65534 (setpriv); then a task runs
 on every node, so a replaced token or socket would show. Prints `ATTACK {json}` and `AFTER {json}`.
 """
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import ray
 
+from mpiray.events import read_events
+
 job_dir = Path(os.environ["MPIRAY_LOG_DIR"]) / os.environ["MPIRAY_JOB_ID"]
-dirs = []
-for log in sorted(job_dir.glob("rank-*[0-9].log")):
-    dirs += re.findall(r"Private dir \(0700, token and Ray's temp dir\): (\S+)", log.read_text())
+dirs = [r["fields"]["path"] for events in sorted(job_dir.glob("rank-*.jsonl")) for r in read_events(events)
+        if r["event"] == "private_dir"]
 attacker = Path(__file__).with_name("attacker.py").read_text()
 result = subprocess.run(
     ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c", attacker,

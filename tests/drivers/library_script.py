@@ -1,14 +1,21 @@
-"""A user's own script on mpiray.init(), for the library's tests: `library_script.py MODE [LOG_DIR]`.
+"""A user's own script on mpiray.init(), for the library's tests: `library_script.py MODE [LOG_DIR [MARKER]]`.
 
-MODE: ok (normal end), exit3 (sys.exit(3)), raise (an uncaught exception), sigterm (waits for SIGTERM),
-exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.cluster()).
+MODE: ok (normal end), exit3 (sys.exit(3)), raise-exit3 (raise SystemExit(3)), swallowed (a SystemExit
+caught inside, then a normal end), raise (an uncaught exception), sigterm (waits for SIGTERM),
+exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.cluster()),
+time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, with SIGTERM blocked in
+the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
+calls Ray), finalize-pause (exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs).
 Every rank prints `RANK r: ...` lines; rank 0 prints `CONNECTED {json}` once connected.
 """
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
+from pathlib import Path
 
 import mpiray
 
@@ -43,7 +50,15 @@ if mode == "context":
     print(f"RANK {rank}: after the block", flush=True)
     sys.exit(0)
 
-info = mpiray.init(log_dir=log_dir, exit=(mode != "exit-false"))
+if mode == "finalize-pause":
+    # A C exit function, registered after mpi4py's MPI_Finalize, so it runs just before it: as a rank
+    # waiting in MPI_Finalize, a stop signal must not end it there (srun --kill-on-bad-exit sends one).
+    from mpi4py import MPI  # noqa: F401  (registers MPI_Finalize first)
+
+    ctypes.pythonapi.Py_AtExit(ctypes.cast(ctypes.CDLL(None).pause, ctypes.c_void_p))
+
+limits = {"time_limit": 4, "stop_grace": 3} if mode.startswith("time-limit") else {}
+info = mpiray.init(log_dir=log_dir, exit=(mode != "exit-false"), **limits)
 from mpi4py import MPI  # noqa: E402  (MPI is initialised by now)
 
 rank = MPI.COMM_WORLD.Get_rank()
@@ -55,11 +70,37 @@ if info is None:  # exit=False, a worker: the cluster has stopped, MPI goes on
 connected(info)
 if mode == "exit3":
     sys.exit(3)
+if mode == "raise-exit3":
+    raise SystemExit(3)
+if mode == "finalize-pause":
+    print("EXITING", flush=True)
+    sys.exit(3)
+if mode == "swallowed":
+    try:
+        sys.exit(5)
+    except SystemExit:
+        pass
 if mode == "raise":
     raise RuntimeError("the user's script failed")
 if mode == "sigterm":
     print("WAITING", flush=True)
     time.sleep(120)
+if mode == "time-limit-stuck":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as a thread stuck in C code never sees it
+if mode.startswith("time-limit"):
+    print("SLEEPING", flush=True)
+    time.sleep(60)
+    print("SLEPT TO THE END", flush=True)
+if mode == "wait-then-ray":
+    import ray
+
+    print("WAITING", flush=True)
+    marker = Path(sys.argv[3])
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print("CALLING RAY", flush=True)
+    print(f"RAY ANSWERED {ray.get(ray.remote(lambda: 42).remote(), timeout=120)}", flush=True)
 if mode == "exit-false":
     mpiray.shutdown()  # the other ranks return from init() now
     total = MPI.COMM_WORLD.allreduce(rank)

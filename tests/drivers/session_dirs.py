@@ -1,16 +1,17 @@
 """A driver that runs a task on every node and reports where that node's Ray keeps its files.
 
 Each task reads the command line of its parent, the node's raylet, for Ray's --temp_dir and
---session_dir; the rank logs name each rank's private dir. Prints `SESSIONS {json}`: per node name
+--session_dir; the rank logs' events name each rank's private dir. Prints `SESSIONS {json}`: per node name
 (HOST-rankN), the raylet's dirs, and per rank, its private dir.
 """
 
 import json
 import os
-import re
 from pathlib import Path
 
 import ray
+
+from mpiray.events import read_events
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 ray.init()
@@ -28,9 +29,9 @@ dirs = ray.get([raylet_dirs.options(scheduling_strategy=NodeAffinitySchedulingSt
                 for node in nodes], timeout=60)
 job_dir = Path(os.environ["MPIRAY_LOG_DIR"]) / os.environ["MPIRAY_JOB_ID"]
 private = {}
-for log in sorted(job_dir.glob("rank-*[0-9].log")):
-    found = re.findall(r"Private dir \(0700, token and Ray's temp dir\): (\S+)", log.read_text())
+for events in sorted(job_dir.glob("rank-*.jsonl")):
+    found = [r["fields"]["path"] for r in read_events(events) if r["event"] == "private_dir"]
     if found:
-        private[int(log.name[5:9])] = found[0]
+        private[int(events.name[5:9])] = found[-1]
 report = {"nodes": dict(zip(nodes.values(), dirs)), "private": private}
 print("SESSIONS " + json.dumps(report), flush=True)

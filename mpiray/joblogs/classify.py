@@ -1,0 +1,159 @@
+"""Why a job failed: each failing rank's failure mapped to a known cause, with the fix beside it.
+
+The evidence, strongest first:
+1. the cause a rank's error event names: mpiray knew it when it failed (errors.LaunchError.cause);
+2. what the rank's Ray wrote: its `ray start` output (rank-NNNN.ray.log) and the Ray session logs kept
+   in ray-rank-NNNN/ (raylet, GCS), and, for the job's leader, driver.log;
+3. what is missing: a rank that started before MPI_Init (launched) but never came out of it.
+A vaguer cause (the head lost, a start-up timeout, the driver's non-zero code) gives way to a
+precise one that the Ray logs show (out of memory, a port in use).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cause:
+    title: str  # what happened
+    fix: str  # what to do about it
+
+
+CAUSES = {
+    "port_in_use": Cause(
+        "a port the cluster needs is already in use on its host",
+        "free the port, or give another with --port (0 picks a free one); mpiray's own port blocks skip busy "
+        "ports by themselves, so this is a fixed --port or a port block range another program fills"),
+    "socket_path_too_long": Cause(
+        "Ray's socket paths would pass the 107-byte AF_UNIX limit",
+        "give a shorter --temp-dir (or TMPDIR), e.g. /tmp"),
+    "temp_dir": Cause(
+        "the rank's private temp dir could not be made",
+        "point --temp-dir (or TMPDIR) at a writable node-local directory"),
+    "foreign_gcs": Cause(
+        "a node reached a GCS that is not its own cluster's, or that refused its token",
+        "check that nothing else listens on the head's address and port, and that every rank of the job runs "
+        "the same mpiray (its token reaches every node in the session message)"),
+    "version_skew": Cause(
+        "the ranks run different Ray or Python versions",
+        "start every rank from the same environment: the same venv, module or container on every node"),
+    "gcs_overloaded": Cause(
+        "the GCS could not register joining nodes in time (Ray gives a raylet 30 s)",
+        "lower --join-window, keep a CPU for the GCS on the head's host (--gcs-core on), or run fewer Ray "
+        "nodes per host (--ray-node-per host)"),
+    "mpi_init": Cause(
+        "MPI_Init never returned: the MPI launcher or its process manager (PMI) failed",
+        "read the launcher's own output (srun's or mpirun's stderr, slurmd's log); check `srun --mpi=list` and "
+        "that mpi4py was built against the MPI that launched it"),
+    "mpi_singletons": Cause(
+        "the launcher started several tasks but MPI saw a world of one in each",
+        "give srun a process-manager plugin (srun --mpi=pmi2, or pmix), or use the mpirun of the MPI that "
+        "mpi4py was built with"),
+    "head_lost": Cause(
+        "the head's Ray node ended while the job ran (its GCS is the cluster)",
+        "read rank-0000.ray.log and ray-rank-0000/ (gcs_server.out, raylet.out); the usual reason is memory"),
+    "time_limit": Cause(
+        "the driver ran past --time-limit and was stopped (exit code 124)",
+        "raise --time-limit, or checkpoint and go on in the next job"),
+    "out_of_memory": Cause(
+        "a node ran out of memory: Ray's memory monitor or the kernel killed its processes",
+        "give each task less to hold, or each node more memory: fewer Ray nodes per host (--ray-node-per host), "
+        "a smaller --object-store-memory, or `num_cpus` per task so that fewer run at once"),
+    "startup_timeout": Cause(
+        "some nodes did not come up within --startup-timeout",
+        "read the missing ranks' logs (the last step each took); on a large or slow job raise --startup-timeout"),
+    "signal": Cause(
+        "the job was stopped by a signal: scancel, the walltime, Ctrl-C",
+        "nothing failed: give the job more time, or checkpoint (the driver gets --stop-grace seconds after SIGTERM)"),
+    "driver_failed": Cause(
+        "the driver exited with a non-zero code: its own failure",
+        "read driver.log (the driver's output)"),
+    "driver_not_found": Cause(
+        "the driver command could not be started", "check the command after '--' (its path, that it is executable)"),
+    "trainer_missing": Cause(
+        "the default driver (the trainer) needs packages that are not installed",
+        "pip install 'mpiray[train]', or give your own driver after '--'"),
+    "config": Cause("an option or input was not valid", "see the message; `start_ray.py --help` lists the options"),
+    "unexpected": Cause("an unexpected failure inside mpiray", "please report it with the rank's log"),
+}
+
+# Signs in what Ray wrote, most specific first.
+RAY_SIGNS = (
+    ("out_of_memory", re.compile(r"OutOfMemoryError|killed due to (?:the )?(?:node running low on memory|memory "
+                                 r"pressure)|Killing worker.*memory|oom-kill|Out of memory: Killed process")),
+    ("port_in_use", re.compile(r"[Aa]ddress already in use|Failed to bind|port \d+ is (?:already )?in use")),
+    ("socket_path_too_long", re.compile(r"AF_UNIX path (?:length|too long)")),
+    ("foreign_gcs", re.compile(r"UNAUTHENTICATED|Unauthenticated|[Ii]nvalid (?:authentication )?token|"
+                               r"[Tt]oken authentication failed|cluster ID mismatch|[Cc]luster ID .* does not match")),
+    ("gcs_overloaded", re.compile(r"timed out during startup")),
+)
+VAGUE = {"", "head_lost", "startup_timeout", "driver_failed", "unexpected", "signal"}
+
+# MPICH over UCX under srun --mpi=pmi2: see docs/troubleshooting.md.
+PMI2_UCX = ("under srun --mpi=pmi2, MPICH over UCX can fail in MPI_Init now and then: Slurm's pmi2 plugin reads "
+            "a PMI-1 request in one 1024-byte read, while MPICH puts UCX's ~3.5 KB address in values of up to 1024 "
+            "characters (slurmstepd: 'value not properly terminated in client request'); export "
+            "MPIR_CVAR_CH4_NETMOD=ofi, or use an MPI with PMIx and srun --mpi=pmix")
+
+
+def classify(ranks: list[dict], facts: Mapping[int, object], ray_log: Callable[[int], str] | Mapping[int, str],
+             exit_code: int | None, driver_code: int | None) -> list[dict]:
+    """The causes of a job's failure: [{cause, title, fix, ranks, evidence, note}], the first seen first.
+
+    ranks: the report's cluster rows; facts: rank -> parse.RankFacts; ray_log(rank): what its Ray wrote
+    (and, for rank 0, driver.log), read only for ranks that failed.
+    """
+    read = ray_log if callable(ray_log) else (lambda rank: ray_log.get(rank, ""))
+    found: dict[str, dict] = {}
+
+    def add(cause: str, rank: int, evidence: str, note: str = "") -> None:
+        entry = found.setdefault(cause, {"cause": cause, **vars(CAUSES.get(cause, CAUSES["unexpected"])),
+                                         "ranks": [], "evidence": [], "note": note})
+        if rank not in entry["ranks"]:
+            entry["ranks"].append(rank)
+            if len(entry["evidence"]) < 3:
+                entry["evidence"].append(f"rank {rank}: {evidence}")
+
+    for entry in ranks:
+        rank, own = entry["rank"], facts.get(entry["rank"])
+        cause, evidence = entry.get("cause") or "", entry.get("error", "")
+        if entry["status"] == "failed" and not cause and entry["error"]:
+            cause = "config" if entry["exit_code"] == 2 else ""
+        if own is not None and own.launched is not None and own.mpi_ready is None:
+            launch = own.launch
+            pmi2 = launch.get("launcher") == "srun" and launch.get("mpi_type") == "pmi2" and \
+                launch.get("netmod") in (None, "", "ucx")
+            add("mpi_init", rank, f"started by {launch.get('launcher')} (task {launch.get('task')}), never came "
+                f"out of MPI_Init", PMI2_UCX if pmi2 else "")
+            continue
+        if cause in VAGUE and (entry["status"] == "failed" or (rank == 0 and exit_code not in (0, None))):
+            sign = _ray_sign(read(rank))
+            if sign is not None:
+                cause, evidence = sign
+        if cause:
+            add(cause, rank, evidence)
+    for rank in getattr(facts.get(0), "missing", ()):  # rank 0 timed out waiting for them
+        sign = _ray_sign(read(rank))
+        add(*(sign[0], rank, sign[1]) if sign else ("startup_timeout", rank, "did not join within --startup-timeout"))
+    if exit_code not in (0, None) and not found:
+        sign = _ray_sign(read(0))
+        if exit_code >= 128:
+            add("signal", 0, f"the job ended with {exit_code} (signal {exit_code - 128})")
+        elif sign is not None:
+            add(sign[0], 0, sign[1])
+        else:
+            add("driver_failed" if driver_code == exit_code else "unexpected", 0, f"exit code {exit_code}")
+    return list(found.values())
+
+
+def _ray_sign(text: str) -> tuple[str, str] | None:
+    for cause, pattern in RAY_SIGNS:
+        match = pattern.search(text)
+        if match:
+            start, end = text.rfind("\n", 0, match.start()) + 1, text.find("\n", match.end())
+            line = text[start:] if end < 0 else text[start:end]
+            return cause, f"Ray's log: {line.strip()[:200]}"
+    return None

@@ -1,0 +1,376 @@
+"""Every option of mpiray, declared once (OPTIONS), and what is made of the table:
+
+- the command line's flags (`start_ray.py --startup-timeout 300`, argparse),
+- their MPIRAY_<OPTION> variables (MPIRAY_STARTUP_TIMEOUT=300), which give any flag its default,
+- mpiray.init()'s keywords (startup_timeout=300),
+- the options table of docs/options.md (options_table(); a test checks that the page shows it).
+
+A variable's value goes through the same checks as the flag's; an empty one counts as unset. Bad
+input is a ConfigError (exit code 2) that names the flag, variable or keyword, before MPI starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from mpiray import scheduler
+from mpiray.config import DEFAULT_DRIVER, Config
+from mpiray.errors import ConfigError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MAX_SECONDS = 10**7  # ~115 days: past any batch walltime, far below what timers accept (threading.TIMEOUT_MAX)
+MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well inside Ray's fixed-point resources
+MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
+
+# MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
+# these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES,
+# TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the test
+# hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, DIR); the Slurm testbed (TESTBED_DIR,
+# KEEP_TESTBED).
+OTHER_VARIABLES = (
+    "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP",
+    "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN", "MPIRAY_SITE_MPI", "MPIRAY_DIR",
+    "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage on every rank and exiting."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message} (see start_ray.py --help)")
+
+
+def _number(kind: type, text: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        example = "a whole number, e.g. 4" if kind is int else "a number, e.g. 300"
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (give {example})") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def parse_bytes(text: str) -> int:
+    """'2G', '512M', '1000000' -> bytes (binary units)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)]
+    try:
+        amount = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 2G, 512M or bytes)") from None
+    if not math.isfinite(amount):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (a size must be finite, e.g. 2G)")
+    if amount < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
+    return int(amount)
+
+
+def _object_store_size(text: str) -> int:
+    size = parse_bytes(text)
+    if size < MIN_OBJECT_STORE:
+        raise argparse.ArgumentTypeError(f"{text!r} is below the 75M that Ray needs at least")
+    return size
+
+
+def _count(text: str) -> int:
+    value = _number(int, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, got {text}")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _number(float, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (~115 days), got {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _number(int, text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {text} (use 1-65535, or 0 for a free one)")
+    return value
+
+
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path: give a directory")
+    return Path(text)
+
+
+def _interface(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty interface name: give one, e.g. ib0, or leave it out")
+    return text
+
+
+def _job_id(text: str) -> str:
+    if scheduler.safe_job_id(text) != text:
+        raise argparse.ArgumentTypeError(
+            f"not a job id: {text!r} (use up to 100 letters, digits and . _ + -, not '.' or '..'; "
+            "it names a directory under --log-dir)"
+        )
+    return text
+
+
+def _setting(environ: Mapping[str, str], name: str) -> str | None:
+    """The variable's value; unset when absent or blank (`MPIRAY_X=` in a script clears a setting)."""
+    text = environ.get(name)
+    return text if text is not None and text.strip() else None
+
+
+def _env_bool(text: str, name: str) -> bool:
+    if text.strip().lower() in _TRUE:
+        return True
+    if text.strip().lower() in _FALSE:
+        return False
+    raise ConfigError(f"{name}={text!r} is not a boolean: use 1/0, true/false, yes/no")
+
+
+def _env_driver(environ: Mapping[str, str]) -> list[str] | None:
+    text = _setting(environ, "MPIRAY_DRIVER")
+    if text is None:
+        return None
+    try:
+        return shlex.split(text)
+    except ValueError as error:  # e.g. "No closing quotation"
+        raise ConfigError(
+            f"MPIRAY_DRIVER={text!r}: {error} (it is split like a shell command line: close the quote or escape it)"
+        ) from None
+
+
+def unknown_settings(environ: Mapping[str, str], known: Sequence[str]) -> list[str]:
+    """A warning for each MPIRAY_* variable that is no setting, with the closest name that is."""
+    # Compared without the common prefix, which would make every name look close.
+    suffixes = {known_name.removeprefix("MPIRAY_"): known_name for known_name in known}
+    warnings = []
+    for name in sorted(environ):
+        if not name.upper().startswith("MPIRAY_") or name in known:
+            continue
+        close = _close_matches(name.upper().removeprefix("MPIRAY_"), suffixes)
+        hint = f"did you mean {suffixes[close[0]]}?" if close else "see start_ray.py --help"
+        warnings.append(f"{name} is not a setting of mpiray ({hint})")
+    return warnings
+
+
+def _close_matches(name: str, choices) -> list[str]:
+    import difflib  # ~9 ms of import on every rank: only for a misspelling
+
+    return difflib.get_close_matches(name, choices, n=1)
+
+
+def _first_task(environ: Mapping[str, str]) -> bool:
+    # Under mpirun every task parses the same argv: the first one alone explains, the others just exit.
+    return scheduler.detect(environ).task_rank in (None, 0)
+
+
+def say(environ: Mapping[str, str], kind: str, message: str) -> None:
+    if _first_task(environ):
+        print(f"mpiray: {kind}: {message}", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: the Config field and init() keyword `name`, the flag --name-with-dashes, MPIRAY_NAME."""
+
+    name: str
+    default: Any
+    help: str  # one or two sentences: --help and the docs table
+    type: Callable[[str], Any] | None = None  # text -> value; raises argparse.ArgumentTypeError
+    choices: tuple[str, ...] | None = None
+    switch: bool = False  # --name / --no-name
+    shown_default: str | None = None  # the default as the docs show it, where the value says too little
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def variable(self) -> str:
+        return "MPIRAY_" + self.name.upper()
+
+    def default_in(self, environ: Mapping[str, str]) -> Any:
+        """The default, unless its MPIRAY_ variable says otherwise (checked as the flag would be)."""
+        if self.name == "temp_dir" and _setting(environ, self.variable) is None:
+            return Path(environ.get("TMPDIR") or "/tmp")
+        text = _setting(environ, self.variable)
+        if text is None:
+            return self.default
+        if self.switch:
+            return _env_bool(text, self.variable)
+        try:
+            value = self.type(text) if self.type else text
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            raise ConfigError(f"{self.variable}={text!r}: {error}") from None
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.variable}={text!r}: invalid choice (choose from {', '.join(self.choices)})")
+        return value
+
+
+OPTIONS = (
+    Option("log_dir", Path("logs"), "per-rank logs go to LOG_DIR/JOB_ID/: rank-NNNN.log for people, "
+           "rank-NNNN.jsonl (events) for programs", _path),
+    Option("job_id", None, "names the job's log dir: letters, digits and . _ + - (default: the scheduler's "
+           "job id, SLURM_JOB_ID, PBS_JOBID, COBALT_JOBID or ALPS_APP_ID, else a timestamp and pid)", _job_id,
+           shown_default="the scheduler's job id"),
+    Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up", _positive_seconds),
+    Option("port", 0, "GCS port of the head; 0 picks a free one", _port, shown_default="0 (free)"),
+    Option("num_cpus", None, "CPUs each Ray node offers", _count, shown_default="the rank's share of its host"),
+    Option("num_gpus", None, "GPUs each Ray node offers", _count, shown_default="the rank's share of the visible GPUs"),
+    Option("head_cpus", None, "CPUs the head node offers to Ray (e.g. 0 keeps them for the driver and learner)",
+           _count, shown_default="as --num-cpus"),
+    Option("object_store_memory", None, "object store size of each Ray node, at least 75M, e.g. 2G",
+           _object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
+    Option("stop_grace", 30.0, "seconds the driver gets between SIGTERM and SIGKILL to checkpoint (exported to it "
+           "as MPIRAY_STOP_GRACE); Ray nodes get at most 5 of them (they stop in ~1 s)", _seconds,
+           shown_default="30 (Slurm's default KillWait)"),
+    Option("time_limit", None, "stop the driver after this many seconds (SIGTERM, the grace, SIGKILL); exit code "
+           "124", _positive_seconds, shown_default="none"),
+    Option("interface", None, "network interface whose address the nodes advertise, e.g. ib0 or hsn0",
+           _interface, shown_default="the one that routes to the head"),
+    Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
+           "paths must fit 107 bytes)", _path, shown_default="TMPDIR, else /tmp"),
+    Option("ray_node_per", "rank", "one Ray node per MPI rank, or one per host (the other local ranks idle)",
+           choices=("rank", "host")),
+    Option("join_window", 64, "the most worker nodes joining the head at once; the window starts at 8 and adapts "
+           "to how fast nodes register", _positive_count),
+    Option("gcs_core", "auto", "on the head's host, when unbound ranks share it, the other Ray nodes run on every "
+           "CPU but one, left to the GCS; auto: on hosts of 8 CPUs or more", choices=("auto", "on", "off")),
+    Option("progress", "auto", "rank 0's live start-up line ('12/24 ranks ready, 8 joining') on stdout; auto: "
+           "when rank 0's stdout or its launcher's is a terminal (not TERM=dumb), never in a batch log",
+           choices=("auto", "on", "off")),
+    Option("auth", True, "token authentication; --no-auth lets anyone who reaches the ports join the cluster "
+           "(it warns)", switch=True, shown_default="on"),
+    Option("dashboard", False, "Ray's dashboard on the head, bound to 127.0.0.1 (the log says how to tunnel)",
+           switch=True, shown_default="off"),
+    Option("metrics", True, "Ray's metrics: every node exports them on a port of the job's block (needs "
+           "ray[default]); --no-metrics collects none, which saves the head a core's worth of work when nodes "
+           "are lost", switch=True, shown_default="on"),
+    Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
+           "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
+           switch=True, shown_default="off"),
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def options_table() -> str:
+    """docs/options.md's table: every option, its variable, its default and what it does."""
+    rows = ["| option | variable, `init()` keyword | default | meaning |", "|---|---|---|---|"]
+    for o in OPTIONS:
+        flag = f"`{o.flag}` / `--no-{o.flag[2:]}`" if o.switch else f"`{o.flag}`"
+        default = o.shown_default or str(o.default)
+        choices = f" ({' / '.join(o.choices)})" if o.choices else ""
+        rows.append(f"| {flag} | `{o.variable}`, `{o.name}=` | {default} | {o.help}{choices} |")
+    return "\n".join(rows)
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    """The launcher's options, their defaults taken from valid MPIRAY_<OPTION> variables.
+
+    Raises ConfigError naming the variable when one's value is not valid for its flag.
+    """
+    parser = _Parser(
+        prog="start_ray.py",
+        usage="mpirun -np N python start_ray.py [options] [-- DRIVER COMMAND ...]",
+        description="Start a Ray cluster over the MPI ranks (rank 0: head and driver, others: "
+        "worker nodes), run the driver, exit with its exit code. Without a driver command it "
+        "runs the RLlib trainer (python -m train). Every option also reads MPIRAY_<OPTION>.",
+    )
+    for o in OPTIONS:
+        help_text = (o.help + (f" (default: {o.shown_default or o.default})")).replace("%", "%%")
+        help_text += f" [env {o.variable}]"
+        if o.switch:
+            parser.add_argument(o.flag, dest=o.name, action=argparse.BooleanOptionalAction,
+                                default=o.default_in(environ), help=help_text)
+        else:
+            parser.add_argument(o.flag, dest=o.name, type=o.type, choices=o.choices, default=o.default_in(environ),
+                                help=help_text)
+    parser.add_argument("--redis-password", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True) -> Config:
+    """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
+
+    with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
+    """
+    from mpiray import commands, raycompat
+
+    environ = os.environ if environ is None else environ
+    argv = list(argv)
+    launcher_argv, driver = argv, _env_driver(environ) or list(DEFAULT_DRIVER)
+    if "--" in argv:
+        split = argv.index("--")
+        launcher_argv, driver = argv[:split], argv[split + 1:]
+    parser = build_parser(environ)
+    for warning in unknown_settings(environ, [o.variable for o in OPTIONS] + list(OTHER_VARIABLES)):
+        say(environ, "warning", warning)
+    args, extra = parser.parse_known_args(launcher_argv)
+    if extra:
+        parser.error(
+            f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
+            f"e.g. start_ray.py -- python my_driver.py"
+        )
+    if not with_driver:
+        driver = []
+    elif not driver:
+        parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
+    problem = raycompat.version_problem(raycompat.ray_version(), args.auth) or raycompat.agent_http_problem(
+        args.auth, full_agent=commands.metrics_agent_problem() is None)
+    if problem:
+        raise ConfigError(problem)
+    if args.redis_password is not None:
+        say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
+            "is protected by a per-job token instead (see --auth).")
+    return Config(driver=tuple(driver), **{o.name: getattr(args, o.name) for o in OPTIONS})
+
+
+def library_config(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Config:
+    """mpiray.init(**options) -> Config, checked exactly as the same flags would be (MPIRAY_* too).
+
+    log_dir="x" stands for --log-dir x; auth=False for --no-auth; None for "not given".
+    """
+    environ = os.environ if environ is None else environ
+    argv = []
+    for name, value in options.items():
+        if name not in BY_NAME:
+            close = _close_matches(name, BY_NAME)
+            hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(BY_NAME))}"
+            raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
+        flag = BY_NAME[name].flag
+        if isinstance(value, bool):
+            argv.append(flag if value else f"--no-{flag[2:]}")
+        elif value is not None:
+            argv += [flag, str(value)]
+    return parse_args(argv, environ, with_driver=False)

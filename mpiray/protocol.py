@@ -1,0 +1,334 @@
+"""The rank protocol: rank 0's role (Head) and every other rank's (Worker), up to a running cluster.
+
+Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker
+loads `ray start` (ray_node.py: ~1 s of imports) while the head starts. Each node's ray_node.py
+watches the GCS until its own node is ALIVE and says so in the node's output, which the rank reads.
+When the head is ALIVE, rank 0 hands out join slots (joins.py) and a worker lets its `ray start` go
+when it gets one (JOIN): never more joins at once than the GCS and the hosts' CPUs take. Ray's own
+head lookup then succeeds at its first try instead of sleeping 2 s. Each worker reports its verified
+node; rank 0 then runs the leader step (rank.py) and sends everyone the exit code (teardown.py).
+
+Messages (tags in messages.py): rank 0 sends each worker SESSION, JOIN and CONTROL; each worker sends
+rank 0 HELLO, REPORT and SETTLED (and STOPPED where the head must stop last, EVENT if its node dies
+later); within a host, LOCAL carries the ranks' views of it and the host's plan.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mpiray import network, progress, resources, scheduler
+from mpiray.deadline import Deadline, poll_until
+from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
+from mpiray.joins import Joins, JoinWindow
+from mpiray.messages import (
+    CONTROL, EVENT, HELLO, JOIN, LOCAL, REPORT, SESSION, SETTLED, STOPPED, Cluster, Report, Session, check_versions,
+    print_summary, resource_fields,
+)
+from mpiray.ranknode import (
+    describe_when_started, join, log_context, planned_node, start_node, wait_for_head, wait_until_alive,
+)
+from mpiray.rank import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank, report
+
+
+class WorkerFailed(LaunchError):
+    """A worker reported a failure: the job ends with its code."""
+
+    def __init__(self, failure: Report):
+        super().__init__(f"rank {failure.rank} on {failure.host} failed: {failure.error} (log: {failure.log})",
+                         failure.exit_code or 1, failure.cause)
+        self.failure = failure
+
+    def event(self) -> tuple[str, dict]:
+        f = self.failure
+        return "worker_failed", {"peer": f.rank, "peer_host": f.host, "message": f.error, "log": f.log,
+                                 "cause": f.cause}
+
+
+class WorkersMissing(StartupTimeout):
+    """Some workers did not report within --startup-timeout."""
+
+    def __init__(self, missing: list[dict], timeout: float):
+        text = "; ".join(f"rank {m['rank']} on {m['host']} (log: {m['log']})" if m["host"] else
+                         f"rank {m['rank']} (never received the session; host unknown)" for m in missing)
+        super().__init__(f"{len(missing)} worker(s) did not join within --startup-timeout {timeout:g} s: {text}")
+        self.fields = {"missing": missing, "missing_count": len(missing), "missing_text": text, "timeout": timeout,
+                       "cause": self.cause}
+
+    def event(self) -> tuple[str, dict]:
+        return "startup_timeout", self.fields
+
+
+class Head:
+    """Rank 0: start the head, share the session, hand out join slots, collect the workers' reports."""
+
+    def __init__(self, me: Rank):
+        self.me = me
+        self.node_ranks: set[int] = set()  # the workers that run a Ray node: the head must outlive their `ray start`
+        self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting
+
+    def lead(self) -> Cluster:
+        me, config = self.me, self.me.config
+        job_id = config.job_id or scheduler.safe_job_id(scheduler.default_job_id(me.env))
+        me.log.open(config.log_dir / job_id)
+        log_context(me)
+        head_ip = network.head_address(config.interface)
+        if config.port and not network.port_is_free(config.port):
+            raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",
+                              cause="port_in_use")
+        share, ports = plan_host(me, job_id, gcs_port=config.port)
+        token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
+        if not config.auth:
+            me.log.event("no_auth")
+        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+        me.comm.send_to_others(me.session, SESSION)
+        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.session.gcs_address)
+
+        spec = start_node(me, share, ports, head=True)
+        if config.dry_run:
+            head = planned_node(me, spec)
+        else:
+            me.node.release()
+            head = wait_until_alive(me)
+        me.log.event("head_alive", gcs_address=me.session.gcs_address, ip=head.ip, node_id=head.node_id,
+                     **resource_fields(head.resources))
+        if me.node is not None:
+            me.log.event("node_pids", pids=me.node.pids())
+
+        live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
+        me.log.listeners.append(live.on_event)
+        try:
+            reports = self.collect_reports(head, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)),
+                                           live)
+        finally:
+            me.log.listeners.remove(live.on_event)
+            live.close()
+        if not config.dry_run:
+            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
+        check_versions(reports)
+        nodes = tuple(r for r in reports if r.node_id)
+        cluster = Cluster(me.session, nodes, config.log_dir / job_id,
+                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace)
+        me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
+                     gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
+        print_summary(job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
+        return cluster
+
+    def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
+        """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
+        ones at the startup timeout."""
+        me = self.me
+        reports: dict[int, Report] = {0: report(me, head)}
+        hellos: dict[int, dict] = {}
+        deadline = Deadline.since(me.started, me.config.startup_timeout)
+
+        def grant() -> None:
+            for rank in joins.grants():
+                me.comm.send(head.node_id, rank, JOIN)
+                me.log.event("join_granted", peer=rank, in_use=len(joins.granted), window=joins.window.size)
+
+        grant()
+        while len(reports) < me.comm.size:
+            live.tick()
+            message = me.comm.poll()
+            if message is None:
+                if deadline.expired():
+                    raise WorkersMissing(_missing(me, reports, hellos), me.config.startup_timeout)
+                me.check()
+                time.sleep(STARTUP_POLL)
+                continue
+            source, tag, payload = message
+            if tag == HELLO:
+                hellos[source] = payload
+                me.log.event("worker_waiting", peer=source, peer_host=payload["host"], log=payload["log"])
+            elif tag == SETTLED:  # a fast worker, done before the others joined
+                self.settled_ranks.add(source)
+            elif tag == REPORT:
+                if payload.error:
+                    raise WorkerFailed(payload)
+                reports[source] = payload
+                if payload.node_id:
+                    me.log.event("worker_joined", peer=source, peer_host=payload.host, ip=payload.node_ip,
+                                 node_id=payload.node_id, seconds=round(payload.seconds, 3),
+                                 **resource_fields(payload.resources))
+                else:
+                    me.log.event("worker_idle", peer=source, peer_host=payload.host)
+                joins.joined(source, started_a_node=bool(payload.node_id))
+                grant()
+        return [reports[r] for r in sorted(reports)]
+
+    # ---- teardown (teardown.py) ----------------------------------------------------------------
+
+    def announce(self, code: int) -> None:
+        self.me.comm.send_to_others(code, CONTROL)
+
+    def before_stopping_node(self, head_stops_last: bool) -> None:
+        """Keep the GCS up until every worker's `ray start` is done starting (not on a stop signal),
+        and, where Ray does not drain a node it stops, until every worker's node has stopped."""
+        if self.me.stop.signum is None:
+            self._wait_for_settled()
+        if head_stops_last:
+            self._wait_for_stopped()
+
+    def after_stopping_node(self, head_stops_last: bool) -> None:
+        pass
+
+    def _wait_for_settled(self) -> None:
+        """A worker's node is ALIVE, and the driver may run, ~0.3-0.9 s before its `ray start` is done;
+        if the head's GCS went away in between, that `ray start` would hang and its node need SIGKILL.
+        Usually every SETTLED message arrived while the driver ran."""
+        me = self.me
+
+        def all_settled() -> bool:
+            while (message := me.comm.poll(tag=SETTLED)) is not None:
+                self.settled_ranks.add(message[0])
+            return not self.node_ranks - self.settled_ranks
+
+        if not poll_until(all_settled, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
+            me.log.event("settle_late", ranks=sorted(self.node_ranks - self.settled_ranks))
+
+    def _wait_for_stopped(self) -> None:
+        """Before 2.57 (raycompat.check_stop_order) a worker's raylet stopped while the head stops waits
+        for the GCS and needed SIGKILL 5 s later; with the GCS up, workers stop in order in ~0.4 s."""
+        me, stopped = self.me, set()
+
+        def all_stopped() -> bool:
+            while (message := me.comm.poll(tag=STOPPED)) is not None:
+                stopped.add(message[0])
+            return not self.node_ranks - stopped
+
+        if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
+            me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
+
+
+def _missing(me: Rank, reports: dict, hellos: dict) -> list[dict]:
+    return [{"rank": rank, "host": hellos.get(rank, {}).get("host", ""), "log": hellos.get(rank, {}).get("log", "")}
+            for rank in range(me.comm.size) if rank not in reports]
+
+
+class Worker:
+    """Every other rank: receive the session, start this rank's node (or idle), report, wait for the end."""
+
+    def __init__(self, me: Rank):
+        self.me = me
+        self.settled = False  # told rank 0 that its `ray start` is done starting
+
+    def serve(self) -> int:
+        self.follow()
+        return self.wait_for_end()
+
+    def follow(self) -> None:
+        me = self.me
+        me.log.event("waiting_for_session")
+        session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.check)
+        if session is None:
+            raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
+        me.session = session
+        me.log.open(me.config.log_dir / session.job_id)
+        log_context(me)
+        me.comm.send({"host": me.host, "log": str(me.log.path)}, 0, HELLO)
+        share, ports = plan_host(me, session.job_id)
+        if share is None:
+            me.log.event("idle_by_design")
+            me.comm.send(report(me), 0, REPORT)
+            return
+        spec = start_node(me, share, ports, head=False)
+        me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
+        wait_for_head(me)
+        if me.config.dry_run:
+            node = planned_node(me, spec)
+        else:
+            me.node.release()
+            node = join(me)
+        me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
+        if me.node is not None:
+            me.log.event("node_pids", pids=me.node.pids())
+        me.comm.send(report(me, node), 0, REPORT)
+
+    def wait_for_end(self) -> int:
+        """Idle (sleeping between polls) until rank 0 sends the exit code."""
+        me = self.me
+        reported_death = False
+        give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
+        interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
+        while True:
+            me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
+            if not self.settled and describe_when_started(me):
+                self.send_settled()
+            message = me.comm.poll(0, CONTROL)
+            if message is not None:
+                me.log.event("job_ended", code=message[2])
+                return message[2]
+            if me.node is not None and me.node.exited() and not reported_death:
+                reported_death = True
+                fields = {"code": me.node.exit_code(), "output": str(me.node.output_path)}
+                if me.stop.signum is None:
+                    me.log.event("own_node_exited", **fields)
+                    me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
+                else:  # the signal reached Ray's processes too: expected
+                    me.log.event("node_exited_on_signal", **fields)
+            if me.stop.signum is not None:
+                # Rank 0 got the same signal and is giving the driver its grace period: wait for it.
+                give_up = give_up or Deadline.after(me.config.stop_grace + 10)
+                if give_up.expired():
+                    raise Interrupted(me.stop.signum)
+            time.sleep(interval)
+            interval = min(DRIVER_POLL, interval * 1.5)
+
+    def send_settled(self) -> None:
+        self.me.comm.send(None, 0, SETTLED)
+        self.settled = True
+
+    # ---- teardown (teardown.py) ----------------------------------------------------------------
+
+    def announce(self, code: int) -> None:
+        pass
+
+    def before_stopping_node(self, head_stops_last: bool) -> None:
+        if self.me.node is not None and self.me.node.alive and self.me.stop.signum is None and not self.settled:
+            self.send_settled()
+
+    def after_stopping_node(self, head_stops_last: bool) -> None:
+        if head_stops_last:
+            self.me.comm.send(None, 0, STOPPED)
+
+
+def plan_host(me: Rank, job_id: str, gcs_port: int = 0):
+    """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
+    host_comm = me.host_comm
+    deadline = Deadline.after(me.config.startup_timeout)
+    if host_comm.rank == 0:
+        others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.check)
+        if len(others) < host_comm.size - 1:
+            raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
+        views = [me.view] + [others[r] for r in range(1, host_comm.size)]
+        plans = _plan_for(me, views, job_id, gcs_port)
+        for local, plan in enumerate(plans[1:], start=1):
+            host_comm.send(plan, local, LOCAL)
+        plan = plans[0]
+    else:
+        plan = host_comm.receive(0, LOCAL, deadline, me.check)
+        if plan is None:
+            raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
+    host_comm.flush(5)
+    if isinstance(plan, tuple) and isinstance(plan[0], str):
+        raise ConfigError(plan[0], cause=plan[1])
+    return plan
+
+
+def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
+    """The local leader's plan for every rank of the host: (Share, NodePorts), (None, None), or (error, cause)."""
+    config = me.config
+    nodes = 1 if config.ray_node_per == "host" else len(views)
+    problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
+    if problem:
+        return [(problem, "")] * len(views)
+    try:
+        take = network.planned_block if config.dry_run else network.free_block
+        me.port_block = take(job_id, nodes, reserved=gcs_port)
+    except ConfigError as error:
+        return [(str(error), error.cause)] * len(views)
+    for note in me.port_block.notes:
+        me.log.event("port_note", note=note)
+    return resources.plan_host(config, views, me.port_block.base, gcs_port, me.rank == 0, me.env.cpus_per_task)

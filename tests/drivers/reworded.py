@@ -1,0 +1,14 @@
+"""start_ray.py with every human log message reworded (tests/reword.py): `python reworded.py [start_ray.py args]`."""
+
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS.parent), str(TESTS)]
+
+from reword import reword  # noqa: E402
+
+from mpiray.cli import main  # noqa: E402
+
+reword()
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""An in-memory communicator with mpi.Comm's methods: the rank protocol in one process, each rank a
+thread, no MPI. Messages are pickled on the way, as MPI would, so no rank shares an object with another."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from mpiray.deadline import Deadline, poll_until
+
+
+class World:
+    """size ranks (on hosts: each rank's host, default one host for all); a message is (source, tag,
+    bytes) in its destination's queue."""
+
+    def __init__(self, size: int, hosts: list[str] | None = None):
+        self.size = size
+        self.host_of = hosts or ["host"] * size
+        self.queues = [deque() for _ in range(size)]
+        self.lock = threading.Condition()
+        self.arrived: dict[int, int] = {}  # barrier generation -> ranks that arrived
+        self.generation = [0] * size
+        self.abandoned: dict[int, int] = {}  # rank -> code it exited with, without MPI_Finalize
+        self.by_host: dict[str, World] = {}
+
+    def comm(self, rank: int) -> MemoryComm:
+        return MemoryComm(self, rank)
+
+
+class MemoryComm:
+    poll_interval = 0.005
+
+    def __init__(self, world: World, rank: int):
+        self.world, self.rank, self.size = world, rank, world.size
+        self.sent = self.received = 0
+
+    def send(self, obj: Any, dest: int, tag: int) -> None:
+        self.sent += 1
+        with self.world.lock:
+            self.world.queues[dest].append((self.rank, tag, pickle.dumps(obj)))
+
+    def send_to_others(self, obj: Any, tag: int) -> None:
+        for dest in range(self.size):
+            if dest != self.rank:
+                self.send(obj, dest, tag)
+
+    def poll(self, source: int | None = None, tag: int | None = None) -> tuple[int, int, Any] | None:
+        with self.world.lock:
+            queue = self.world.queues[self.rank]
+            for message in queue:
+                if source in (None, -1, message[0]) and tag in (None, -1, message[1]):
+                    queue.remove(message)
+                    self.received += 1
+                    return message[0], message[1], pickle.loads(message[2])
+        return None
+
+    def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = lambda: None):
+        message = poll_until(lambda: self.poll(source, tag), deadline, self.poll_interval, between_polls)
+        return None if message is None else message[2]
+
+    def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
+                     between_polls: Callable[[], None] = lambda: None) -> dict[int, Any]:
+        got = {}
+
+        def take_all() -> bool:
+            for source in sources:
+                if source not in got and (message := self.poll(source, tag)) is not None:
+                    got[source] = message[2]
+            return set(sources) <= got.keys()
+
+        poll_until(take_all, deadline, self.poll_interval, between_polls)
+        return got
+
+    def barrier(self, timeout: float) -> bool:
+        world = self.world
+        with world.lock:
+            generation = world.generation[self.rank]
+            world.generation[self.rank] += 1
+            world.arrived[generation] = world.arrived.get(generation, 0) + 1
+            world.lock.notify_all()
+            return world.lock.wait_for(lambda: world.arrived[generation] >= self.size, timeout)
+
+    def flush(self, timeout: float) -> None:
+        pass  # sends complete at once
+
+    def drain(self, quiet: float = 0.05, timeout: float = 2.0) -> int:
+        time.sleep(quiet)
+        with self.world.lock:
+            dropped = len(self.world.queues[self.rank])
+            self.world.queues[self.rank].clear()
+        return dropped
+
+    def split_by_host(self) -> MemoryComm:
+        """The ranks on this rank's host, as a world of their own (as MPI's split makes a new communicator)."""
+        world = self.world
+        host = world.host_of[self.rank]
+        ranks = [rank for rank in range(world.size) if world.host_of[rank] == host]
+        with world.lock:
+            if host not in world.by_host:
+                world.by_host[host] = World(len(ranks))
+        return world.by_host[host].comm(ranks.index(self.rank))
+
+    @staticmethod
+    def library_version() -> str:
+        return "in-memory communicator"
+
+    def abandon(self, code: int) -> None:
+        self.world.abandoned[self.rank] = code
+
+    def exit_now(self, code: int) -> None:
+        self.world.abandoned[self.rank] = code
