@@ -33,7 +33,8 @@ def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
 
 
 def open_append(path: Path, text: bool = False):
-    """path opened for appending (binary unbuffered, or text line-buffered), never through a symlink nor into a FIFO or device (a planted one)."""
+    """path opened for appending (binary unbuffered, or text line-buffered), never through a symlink nor
+    into a FIFO or device (a planted one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # O_NONBLOCK: opening a FIFO without a reader would block; it is cleared once the file is known regular.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)

@@ -250,7 +250,8 @@ class RayNode:
 
         def alive():
             if self.output.watch_failed is not None:
-                raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} (see {self.output_path})")
+                raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} "
+                                  f"(see {self.output_path})")
             self.check_running()
             return self.output.alive
 

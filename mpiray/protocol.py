@@ -23,13 +23,32 @@ from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, Interrupted, LaunchError, StartupTimeout
 from mpiray.joins import Joins, JoinWindow
 from mpiray.messages import (
-    CONTROL, EVENT, HELLO, JOIN, LOCAL, REPORT, SESSION, SETTLED, STOPPED, Cluster, Report, Session, check_versions,
-    print_summary, resource_fields,
-)
-from mpiray.ranknode import (
-    describe_when_started, join, log_context, planned_node, start_node, wait_for_head, wait_until_alive,
+    CONTROL,
+    EVENT,
+    HELLO,
+    JOIN,
+    LOCAL,
+    REPORT,
+    SESSION,
+    SETTLED,
+    STOPPED,
+    Cluster,
+    Report,
+    Session,
+    check_versions,
+    print_summary,
+    resource_fields,
 )
 from mpiray.rank import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank, report
+from mpiray.ranknode import (
+    describe_when_started,
+    join,
+    log_context,
+    planned_node,
+    start_node,
+    wait_for_head,
+    wait_until_alive,
+)
 
 
 class WorkerFailed(LaunchError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 
 from mpiray import commands, network, processes
 from mpiray.deadline import Deadline, poll_until

@@ -191,7 +191,7 @@ def _restart(environ: Mapping[str, str], scheduler: Scheduler) -> str | None:
 def detect(environ: Mapping[str, str] | None = None) -> Environment:
     environ = os.environ if environ is None else environ
     scheduler = next((s for s in SCHEDULERS if environ.get(s.marker)), None)
-    launcher = next((l for l in LAUNCHERS if all(environ.get(m) for m in l.markers)), None)
+    launcher = next((lc for lc in LAUNCHERS if all(environ.get(m) for m in lc.markers)), None)
     memory_mb = _positive_int(_first(environ, scheduler.memory_mb)) if scheduler else None
     return Environment(
         scheduler=scheduler.name if scheduler else "none",

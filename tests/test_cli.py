@@ -8,9 +8,9 @@ import pytest
 
 from mpiray import raycompat
 from mpiray.cli import main
-from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
+from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
 from mpiray.scheduler import safe_job_id
 
 

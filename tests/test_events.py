@@ -3,7 +3,6 @@ whole, and the English free to change: every message reworded, a real job reads 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -12,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, Launch, assert_nothing_left, exit_codes, launch, new_job_id
 from mpiray.events import KINDS, RankLog, read_events, render
+
+from conftest import BIN, ROOT, Launch, assert_nothing_left, exit_codes, launch, new_job_id
 from reword import MARK
 
 

@@ -13,7 +13,16 @@ import psutil
 import pytest
 
 from conftest import (
-    ROOT, Launch, alive_pids, assert_nothing_left, exit_codes, last_event, launch, launcher_argv, new_job_id, rank_pid,
+    ROOT,
+    Launch,
+    alive_pids,
+    assert_nothing_left,
+    exit_codes,
+    last_event,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_pid,
     wait_for_event,
 )
 

@@ -13,13 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
-    BIN, ROOT, Launch, alive_pids, assert_nothing_left, launch, launcher_argv, new_job_id, rank_pid, wait_for_event,
-)
 from mpiray import cli, joblogs
 from mpiray.events import KINDS
 from mpiray.joblogs import parse, render, timeline
 from mpiray.joblogs.analyse import analyse as analyse_logs
+
+from conftest import (
+    BIN,
+    ROOT,
+    Launch,
+    alive_pids,
+    assert_nothing_left,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_pid,
+    wait_for_event,
+)
 
 # ---- literal events, shaped as real ones (trimmed) ---------------------------------------------------
 
@@ -387,7 +397,8 @@ def test_logs_of_a_real_successful_job(tmp_path):
     png = tmp_path / "ok.png"
     # As a user types it: a bare job id under --log-dir, through `python -m mpiray`.
     text = subprocess.run([sys.executable, "-m", "mpiray", "logs", "--log-dir", str(run.job_dir.parent),
-                           run.job_dir.name, "--png", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+                           run.job_dir.name, "--png", str(png)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert text.returncode == 0, text.stderr
     assert f"mpiray job {run.job_dir.name}: 2 ranks on 1 host" in text.stdout and "exit code 0" in text.stdout
     assert "first error: none" in text.stdout and "never reported: none" in text.stdout

@@ -21,8 +21,8 @@ from conftest import (
     assert_nothing_left,
     driver_report,
     exit_codes,
-    last_event,
     hydra_loses_exit_codes_after_a_signal,
+    last_event,
     launch,
     launcher_argv,
     mpirun_is_open_mpi,
@@ -97,7 +97,8 @@ def test_driver_exit_code_is_the_job_exit_code(tmp_path):
 
 @pytest.mark.smoke
 def test_token_is_required_and_never_on_a_command_line_or_in_a_log(tmp_path):
-    run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--unauthenticated-client"], tag="auth")
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--unauthenticated-client"]
+    run = launch(tmp_path, 2, driver=driver, tag="auth")
     assert run.returncode == 0, run.stderr
     assert run.probe()["unauthenticated"]["connected"] is False
     token_file = run.probe()["env"]["RAY_AUTH_TOKEN_PATH"]

@@ -15,9 +15,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, ROOT, Launch, alive_pids, assert_nothing_left, exit_codes, last_event, rank_pid, wait_for_event
 from mpiray.errors import ConfigError
 from mpiray.options import library_config
+
+from conftest import (
+    BIN,
+    ROOT,
+    Launch,
+    alive_pids,
+    assert_nothing_left,
+    exit_codes,
+    last_event,
+    rank_pid,
+    wait_for_event,
+)
 
 SCRIPT = ROOT / "tests" / "drivers" / "library_script.py"
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, alive_pids
 from mpiray import guard
+
+from conftest import ROOT, alive_pids
 
 # A stand-in rank: makes its private dir with a Ray session's logs in it, starts a group whose
 # grandchildren are orphaned when their parent dies (as Ray's agents are when raylet dies), guards

@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, launch, launcher_argv, new_job_id
 from mpiray import progress
 from mpiray.progress import Progress
+
+from conftest import ROOT, launch, launcher_argv, new_job_id
 
 
 class FakeTerminal(io.StringIO):

@@ -13,14 +13,15 @@ from dataclasses import replace
 
 import pytest
 
-from memory_comm import World
-from reword import put_back, reword
 from mpiray import rank as rank_life
 from mpiray import teardown
 from mpiray.config import Config
 from mpiray.driver import CommandLeader
 from mpiray.events import read_events
 from mpiray.signals import StopRequest
+
+from memory_comm import World
+from reword import put_back, reword
 
 FOREVER = float("inf")
 
@@ -93,7 +94,7 @@ def wording(request):
 
 @pytest.fixture
 def config(tmp_path, monkeypatch, wording) -> Config:
-    monkeypatch.setattr(teardown, "MEET_MARGIN", 1.0)  # a rank that never came: the others wait this long
+    monkeypatch.setattr(teardown, "MEET_MARGIN", 0.5)  # a rank that never came: the others wait this long
     return Config(driver=("true",), log_dir=tmp_path / "logs", job_id="job", dry_run=True, startup_timeout=10,
                   stop_grace=1, progress="off")
 
@@ -145,7 +146,7 @@ def test_rank_0_failing_before_the_session_stops_the_waiting_workers(tmp_path, c
 
 
 def test_a_worker_that_never_starts_is_named_at_the_startup_timeout(tmp_path, config):
-    quick = replace(config, startup_timeout=0.5)
+    quick = replace(config, startup_timeout=0.3, stop_grace=0)
     job = Job(tmp_path, 3, ScriptedLeader(), quick, missing=(2,), hosts=["n1", "n1", "n2"])
     assert job.wait() == {0: 1, 1: 1}
     (timeout,) = job.events(0, "startup_timeout")

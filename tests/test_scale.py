@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_events
 from mpiray.joins import FAST_JOIN, FIRST_WINDOW, SLOW_JOIN, Joins, JoinWindow
+
+from conftest import ROOT, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_events
 
 # ---- the window, as pure functions ------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,12 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
-    ROOT, Launch, alive_pids, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_pid,
-)
 from mpiray.events import read_events
 from mpiray.logs import Tee
 from mpiray.raycompat import ray_version
+
+from conftest import (
+    ROOT,
+    Launch,
+    alive_pids,
+    assert_nothing_left,
+    last_event,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_pid,
+)
 
 NOBODY = 65534
 as_another_user = pytest.mark.skipif(

@@ -19,8 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import driver_report, rank_events
+
 from mpiray.events import read_events
+
+from conftest import driver_report, rank_events
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import exit_codes
 from train import cli, cluster, config, storage
 from train.envs import BasicEnv, CorridorEnv, EnvConfigError, EnvFactory, EnvNotFoundError, inspect_env
 from train.evaluate import find_checkpoint, format_returns
 from train.options import UsageError
 from train.plot import find_progress_files, plot_runs, read_curve
 from train.progress import format_progress
+
+from conftest import exit_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 240

@@ -10,7 +10,6 @@ from ray.tune import Callback
 from train.config import lookup_metric
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC
 
-
 # Checkpoints saved in this process, by trial id: said once at the end instead of Tune's line for each.
 # Tune pickles callbacks into tuner.pkl and back on --resume, so the callback keeps no state of its own.
 CHECKPOINTS_SAVED: Counter = Counter()

@@ -36,7 +36,8 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
         + (f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else "")
         + f", exit code {code if code is not None else 'unknown'}"
     )
-    out.append(f"logs: {report['job_dir']}" + (f"; first event {report['started']} (times below: seconds after it)" if report["started"] else ""))
+    started = f"; first event {report['started']} (times below: seconds after it)" if report["started"] else ""
+    out.append(f"logs: {report['job_dir']}{started}")
     if report["earlier_runs"]:
         out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
     out.append("")
@@ -61,7 +62,8 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
     error = report["first_error"]
     if error:
         via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
-        out.append(f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} (log: {error['log']})")
+        out.append(f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} "
+                   f"(log: {error['log']})")
         out.append(f"  {_short(error['message'])}")
     else:
         out.append("first error: none")
@@ -101,7 +103,8 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
     warnings = report["warnings"]
     if warnings:
         first = warnings[0]
-        out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: {_short(first['message'], 160)}")
+        out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: "
+                   f"{_short(first['message'], 160)}")
     for lost in report["lost_nodes"][:10]:
         out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
     out += _causes(report["causes"])

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from mpiray import network  # pure helpers: addresses and free port blocks
+from mpiray import network  # noqa: E402  (pure helpers: addresses and free port blocks)
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -937,7 +937,8 @@ def markdown(report: dict) -> str:
     row("1b. the same with the launcher's lean head (`--no-monitor`, no dashboard)", sec(med["reference_lean"]),
         rel("reference_lean"))
     row("2. baseline: head, `sleep 10`, worker", sec(med["baseline"]), rel("baseline"))
-    labels = {"n1": "mpirun -np 1", "n2": "mpirun -np 2", "n4": "mpirun -np 4 (2-core host)" if os.cpu_count() == 2 else "mpirun -np 4",
+    labels = {"n1": "mpirun -np 1", "n2": "mpirun -np 2",
+              "n4": "mpirun -np 4 (2-core host)" if os.cpu_count() == 2 else "mpirun -np 4",
               "slurm3": "srun -N3 (Slurm testbed, 3 hosts)"}
     keys = {"n2": "ratio_n2", "n4": "ratio_n4", "slurm3": "ratio_slurm3"}
     for name in ("n1", "n2", "n4", "slurm3"):
@@ -979,7 +980,8 @@ def markdown(report: dict) -> str:
         "Ratios are to the reference measured in the same run (lower is better for times). The reference "
         "and the baseline are the plain commands users type (Ray's defaults: autoscaler monitor and API "
         "server on the head), with only a private temp dir, port block and 1 CPU per node; row 1b adds the "
-        "launcher's lean head flags, to show how much of the gain is orchestration. Job exit is timed from the driver's last stdout line as this benchmark "
+        "launcher's lean head flags, to show how much of the gain is orchestration. Job exit is timed from the driver's "
+        "last stdout line as this benchmark "
         "received it to the exit of mpirun (srun).\n\n"
         "| measure | median | ratio to reference | target | result |\n|---|---|---|---|---|\n"
     )

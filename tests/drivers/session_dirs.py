@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mpiray.events import read_events
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 ray.init()
 
