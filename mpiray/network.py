@@ -287,5 +287,5 @@ def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: 
     ]
     raise ConfigError(
         f"no free block of {size} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} on {socket.gethostname()}: "
-        f"of {len(bases)} candidate blocks, " + "; ".join(r for r in reasons if r)
+        f"of {len(bases)} candidate blocks, " + "; ".join(r for r in reasons if r), cause="port_in_use"
     )

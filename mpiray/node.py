@@ -48,7 +48,7 @@ class NodeStartFailed(LaunchError):
     """`ray start` exited before its node was ALIVE; retryable if it failed as an overloaded GCS makes it."""
 
     def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
+        super().__init__(message, cause="gcs_overloaded" if retryable else None)
         self.retryable = retryable
 
 
@@ -75,7 +75,7 @@ class PrivateDir:
         """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
         problem = commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
         if problem:
-            raise ConfigError(problem)
+            raise ConfigError(problem, cause="socket_path_too_long")
         for _ in range(100):
             # 36**6 names: no one can plant them all. Short, as the socket paths below must stay short.
             tag = "".join(NAME_CHARACTERS[byte % len(NAME_CHARACTERS)] for byte in os.urandom(6))
@@ -87,16 +87,16 @@ class PrivateDir:
             except OSError as error:
                 raise ConfigError(
                     f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) "
-                    f"at a writable node-local directory"
+                    f"at a writable node-local directory", cause="temp_dir"
                 ) from None
             private = cls(path)
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-                raise ConfigError(f"the temp dir {path} is not a private directory of this user")
+                raise ConfigError(f"the temp dir {path} is not a private directory of this user", cause="temp_dir")
             private.ray_dir.mkdir(mode=0o700)
             private._write(OWNER_FILE, f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
             return private
-        raise ConfigError(f"cannot find a free name for a temp dir in {root}")
+        raise ConfigError(f"cannot find a free name for a temp dir in {root}", cause="temp_dir")
 
     def write_token(self, token: str) -> Path:
         return self._write(self.token_path.name, token)

@@ -81,6 +81,13 @@ def logged_pids(job_dir: Path) -> list[int]:
     return pids
 
 
+def causes(job_dir: Path) -> dict[str, list[int]]:
+    """What `mpiray logs` says the job failed of: cause -> the ranks it names."""
+    from mpiray.joblogs.files import read_job
+
+    return {found["cause"]: found["ranks"] for found in read_job(job_dir)["causes"]}
+
+
 def wait_for_event(job_dir: Path, rank: int, name: str, timeout: float = 120) -> dict:
     """The fields of rank's event name, once it logged it."""
     deadline = time.monotonic() + timeout

@@ -13,7 +13,7 @@ known="ray-2.52, openmpi, system-mpich"
 name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: $known)}
 shift
 # The launcher only (no RLlib, torch): what the smoke files import.
-tools=("psutil>=5.9" "pytest>=8" "pytest-timeout>=2.3")
+tools=("psutil>=6.0" "pytest>=8" "pytest-timeout>=2.3")
 ray_now="ray[default]>=2.60,<2.61"
 system_packages=()  # Debian packages the environment needs (installed here as root)
 from_source=()      # compiled here against the system packages, never taken from pip's cache

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Set up everything the tests need on a fresh Debian machine, then run the whole suite:
-# Debian's Slurm + munge for the 3-host testbed (root), the venv, then pytest; then, with no
-# arguments (as CI runs it), the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the
-# Open MPI wheel, Debian's MPICH; each built once into .envs/ and kept).
-#   bash tests/run.sh [pytest args]      e.g. bash tests/run.sh -m "not slurm and not train"
+# Set up everything the tests need on a fresh Debian machine, then run them tier by tier:
+#   1. ruff check . (lint)
+#   2. the fast tier: pure functions and the rank protocol in one process (no MPI, no Ray), seconds
+#   3. the real runs: mpirun + Ray, attacks as a second user, the 3-host Slurm testbed (as root:
+#      Debian's Slurm + munge are installed first), short RLlib trainings
+#   4. the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the Open MPI wheel,
+#      Debian's MPICH; each built once into .envs/ and kept)
+#   bash tests/run.sh                  # all of it, as CI runs it
+#   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. -m "not slow and not slurm and not train"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
@@ -12,13 +16,19 @@ else
   echo "tests/run.sh: not root: the Slurm testbed tests will be skipped" >&2
 fi
 bash jobs/setup_env.sh test
-extra_envs=()
-[ $# -eq 0 ] && extra_envs=(ray-2.52 openmpi system-mpich)
-keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
-# The Slurm testbed stays up from one pytest run to the next; the last one takes it down (unless kept).
-[ ${#extra_envs[@]} -gt 0 ] && export MPIRAY_KEEP_TESTBED=1
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+started=$SECONDS
+.venv/bin/ruff check . || status=1
+.venv/bin/python -m pytest -m "not slow and not slurm and not train" || status=$?
+echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
+# The Slurm testbed stays up from one pytest run to the next; the last one takes it down (unless kept).
+keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
+export MPIRAY_KEEP_TESTBED=1
+.venv/bin/python -m pytest -m "slow or slurm or train" || status=$((status ? status : $?))
+extra_envs=(ray-2.52 openmpi system-mpich)
 for i in "${!extra_envs[@]}"; do
   name=${extra_envs[$i]}
   [ "$i" -eq $((${#extra_envs[@]} - 1)) ] && export MPIRAY_KEEP_TESTBED=$keep_testbed

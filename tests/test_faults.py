@@ -17,6 +17,7 @@ from conftest import (
     Launch,
     alive_pids,
     assert_nothing_left,
+    causes,
     exit_codes,
     last_event,
     launch,
@@ -83,6 +84,7 @@ def test_head_gcs_killed_while_the_driver_runs(tmp_path):
     assert time.monotonic() - killed_at < 30
     assert run.event(0, "head_lost")["output"].endswith("rank-0000.ray.log")
     assert "rank-0000.ray.log" in run.stderr  # said where to look, at once
+    assert causes(run.job_dir) == {"head_lost": [0]}
     assert exit_codes(job_dir, 2) == [1, 1]
     assert_nothing_left(run, wait=10)
 
@@ -100,6 +102,7 @@ def test_version_skew_is_refused_with_versions_per_rank(tmp_path):
     assert "ranks run different versions" in run.stderr
     assert "rank 1 on" in run.stderr and "ray 2.59.0" in run.stderr and "ray 2.60" in run.stderr
     assert "PROBE" not in run.stdout  # the driver never started
+    assert causes(run.job_dir) == {"version_skew": [0]}
     assert_nothing_left(run)
 
 
@@ -110,17 +113,17 @@ LONG_TEMP = "/tmp/" + "t" * 60  # with mpiray's own part, Ray's socket paths exc
 BEFORE_MPI = ["unknown-option", "nan-timeout", "bad-env-choice", "job-id-outside-log-dir"]
 
 
-@pytest.mark.parametrize("args, env, messages", [
-    (["--temp-dir", LONG_TEMP], {}, ["107-byte AF_UNIX limit", "--temp-dir"]),
-    (["--temp-dir", "/proc/mpiray"], {}, ["cannot create the temp dir /proc/mpiray/", "--temp-dir"]),
-    (["--interface", "ib99"], {}, ["--interface ib99: no such interface", "lo (127.0.0.1)"]),
-    (["--object-store-memory", "100T"], {}, ["--object-store-memory", "does not fit"]),
-    (["--no-such-option"], {}, ["unrecognized arguments: --no-such-option"]),
-    (["--startup-timeout", "nan"], {}, ["--startup-timeout", "must be a finite number"]),
-    ([], {"MPIRAY_RAY_NODE_PER": "node"}, ["MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)"]),
-    (["--job-id", "../escaped"], {}, ["--job-id", "not a job id: '../escaped'"]),
+@pytest.mark.parametrize("args, env, messages, cause", [
+    (["--temp-dir", LONG_TEMP], {}, ["107-byte AF_UNIX limit", "--temp-dir"], "socket_path_too_long"),
+    (["--temp-dir", "/proc/mpiray"], {}, ["cannot create the temp dir /proc/mpiray/", "--temp-dir"], "temp_dir"),
+    (["--interface", "ib99"], {}, ["--interface ib99: no such interface", "lo (127.0.0.1)"], "config"),
+    (["--object-store-memory", "100T"], {}, ["--object-store-memory", "does not fit"], "config"),
+    (["--no-such-option"], {}, ["unrecognized arguments: --no-such-option"], None),
+    (["--startup-timeout", "nan"], {}, ["--startup-timeout", "must be a finite number"], None),
+    ([], {"MPIRAY_RAY_NODE_PER": "node"}, ["MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)"], None),
+    (["--job-id", "../escaped"], {}, ["--job-id", "not a job id: '../escaped'"], None),
 ], ids=["long-temp-dir", "unwritable-temp-dir", "unknown-interface", "object-store-too-big", *BEFORE_MPI])
-def test_bad_input_fails_fast_with_a_message_and_leaves_nothing(request, tmp_path, args, env, messages):
+def test_bad_input_fails_fast_with_a_message_and_leaves_nothing(request, tmp_path, args, env, messages, cause):
     run = launch(tmp_path, 2, args=args, env=env, tag="badinput")
     assert run.returncode == 2
     for message in messages:
@@ -128,6 +131,8 @@ def test_bad_input_fails_fast_with_a_message_and_leaves_nothing(request, tmp_pat
     if request.node.callspec.id in BEFORE_MPI:
         assert run.stderr.startswith("mpiray: error: ") and len(run.stderr.splitlines()) == 1, run.stderr
         assert not (tmp_path / "logs").exists()
+    else:
+        assert set(causes(run.job_dir)) == {cause}
     assert run.seconds < 30
     assert [path.name for path in tmp_path.iterdir()] in ([], ["logs"])  # nothing written beside --log-dir
     assert_nothing_left(run)

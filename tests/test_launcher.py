@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -16,9 +17,11 @@ import pytest
 from mpiray.resources import probe_host
 
 from conftest import (
+    BIN,
     ROOT,
     Launch,
     assert_nothing_left,
+    causes,
     driver_report,
     exit_codes,
     hydra_loses_exit_codes_after_a_signal,
@@ -92,6 +95,7 @@ def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     assert run.event(0, "driver_exited") == {"code": 3}
     assert run.event(1, "job_ended") == {"code": 3}
     assert exit_codes(run.job_dir, 2) == [3, 3]
+    assert causes(run.job_dir) == {"driver_failed": [0]}
     assert_nothing_left(run)
 
 
@@ -117,6 +121,7 @@ def test_missing_driver_fails_cleanly(tmp_path):
     run = launch(tmp_path, 2, driver=["no-such-program-xyz"], tag="nodriver")
     assert run.returncode == 2
     assert "cannot start the driver ['no-such-program-xyz']" in run.stderr
+    assert causes(run.job_dir) == {"driver_not_found": [0]}
     assert_nothing_left(run)
 
 
@@ -128,6 +133,7 @@ def test_port_in_use_is_named_within_seconds(tmp_path):
         run = launch(tmp_path, 2, args=["--port", str(port)], tag="port")
     assert run.returncode == 2
     assert f"--port {port} is already in use" in run.stderr
+    assert causes(run.job_dir) == {"port_in_use": [0]}
     assert run.seconds < 30
     assert_nothing_left(run)
 
@@ -145,6 +151,7 @@ def test_time_limit_stops_a_hanging_driver(tmp_path):
     run = launch(tmp_path, 1, args=["--time-limit", "20", "--stop-grace", "2"], driver=driver, tag="limit")
     assert run.returncode == 124
     assert "ran past --time-limit 20 s" in run.stderr
+    assert causes(run.job_dir) == {"time_limit": [0]}
     assert_nothing_left(run)
 
 
@@ -181,6 +188,7 @@ def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
     assert marker.exists(), "the driver never saw SIGTERM"
     assert last_event(job_dir, 0, "stop_signal")["signum"] == signal.SIGTERM
     assert exit_codes(job_dir, 2) == [143, 143]
+    assert causes(job_dir) == {"signal": [0]}
     if hydra_loses_exit_codes_after_a_signal():
         assert proc.returncode in (0, 128 + signal.SIGTERM), err
     else:
@@ -261,3 +269,17 @@ def test_waiting_ranks_use_almost_no_cpu(tmp_path):
     assert len(ranks) == 2
     assert proc.returncode == 0
     assert all(seconds / 8 < 0.05 for seconds in used.values()), used
+
+
+@pytest.mark.smoke
+def test_the_default_driver_without_the_train_extra_says_what_to_install(tmp_path):
+    """In the smoke environments (the launcher alone, no RLlib): a clear error before MPI starts, not
+    a bare ModuleNotFoundError from rank 0's driver after the whole cluster came up."""
+    if importlib.util.find_spec("gymnasium") is not None:
+        pytest.skip("the trainer's packages are installed here: the smoke environments have none")
+    argv = [str(BIN / "mpirun"), "-np", "2", sys.executable, str(ROOT / "start_ray.py"), "--log-dir", str(tmp_path)]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("mpiray: error: the default driver (python -m train") and \
+        "pip install 'mpiray[train]'" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    assert not list(tmp_path.iterdir())  # nothing started, nothing logged

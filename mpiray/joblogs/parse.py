@@ -65,7 +65,7 @@ class RankFacts:
     last: float | None = None
     last_event: str = ""
     launched: float | None = None  # before MPI_Init (where the job's log dir was known then)
-    mpi_ready: float | None = None  # MPI_Init returned: rank_started
+    mpi_ready: float | None = None  # MPI_Init returned: its first event after launched
     launch: dict = field(default_factory=dict)  # the launched event's fields: launcher, mpi_type, netmod
     starting: float | None = None
     join_attempts: int = 1  # more when a `ray start` failed and was started again
@@ -117,6 +117,8 @@ def rank_facts(rank: int, records: list[dict], log: str = "") -> RankFacts:
 
 
 def _read(facts: RankFacts, time: float, name: str, f: dict, level: str | None) -> None:
+    if name != "launched" and facts.mpi_ready is None:  # every other event comes after MPI_Init
+        facts.mpi_ready = time
     reader = _READERS.get(name)
     if reader is not None:
         reader(facts, time, f)
@@ -134,7 +136,7 @@ def _peer(facts: RankFacts, rank: int, **known) -> None:
 
 
 def _context(facts, time, f):
-    facts.size, facts.mpi_ready = f.get("size"), time
+    facts.size = f.get("size")
 
 
 def _launched(facts, time, f):

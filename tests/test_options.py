@@ -1,4 +1,5 @@
-"""Option parsing: flags, MPIRAY_* defaults, the driver after '--', clear errors for bad input."""
+"""Options (mpiray/options.py): flags, MPIRAY_* defaults, the driver after '--', clear errors for bad input;
+and the command line's main() saying them once."""
 
 import os
 import sys
@@ -275,3 +276,14 @@ def test_redis_password_is_accepted_and_explained(capsys):
 ])
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
+
+
+def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_before_mpi(monkeypatch):
+    from mpiray import cli
+
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "gymnasium" else real(name))
+    with pytest.raises(ConfigError, match=r"needs gymnasium, not installed here: pip install 'mpiray\[train\]'"):
+        cli.check_default_driver(parse_args([], environ={}))
+    cli.check_default_driver(parse_args(["--", "python", "mine.py"], environ={}))  # a driver of one's own: fine
+    cli.check_default_driver(parse_args(["--dry-run"], environ={}))  # no driver runs

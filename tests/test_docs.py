@@ -1,0 +1,64 @@
+"""The documentation says what the code does: the options table is the declaration's, every event and
+every failure cause is documented, every link resolves, and the README stays a front door."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from mpiray.config import Config
+from mpiray.events import KINDS
+from mpiray.joblogs.classify import CAUSES
+from mpiray.options import OPTIONS, options_table
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def test_the_options_page_shows_the_table_the_declaration_makes():
+    page = (DOCS / "options.md").read_text()
+    shown = re.search(r"<!-- options table[^\n]*-->\n(.*?)\n<!-- end of options table -->", page, re.S).group(1)
+    assert shown == options_table(), "regenerate docs/options.md's table from mpiray.options.options_table()"
+    for option in OPTIONS:
+        assert f"`{option.flag}`" in shown and f"`{option.variable}`" in shown and f"`{option.name}=`" in shown
+
+
+def test_config_has_exactly_the_declared_options_with_their_defaults():
+    fields = {field.name: field.default for field in dataclasses.fields(Config)}
+    assert set(fields) == {option.name for option in OPTIONS} | {"driver"}
+    for option in OPTIONS:
+        assert fields[option.name] == option.default, option.name
+
+
+def test_every_event_is_documented_with_its_level():
+    page = (DOCS / "logs.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (info|warning|error) \|", page, re.M))
+    assert rows == {name: kind.level for name, kind in KINDS.items()}
+
+
+def test_every_failure_cause_has_its_section_in_troubleshooting():
+    page = (DOCS / "troubleshooting.md").read_text()
+    assert re.findall(r"^## `(\w+)`$", page, re.M) == list(CAUSES)
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS.glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_the_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 160
+    for page in DOCS.glob("*.md"):
+        assert f"docs/{page.name}" in readme, f"README does not link docs/{page.name}"
+
+
+def test_every_module_has_its_row_in_contributing():
+    page = (ROOT / "CONTRIBUTING.md").read_text()
+    for module in (ROOT / "mpiray").glob("*.py"):
+        if module.name not in ("__init__.py", "__main__.py"):
+            assert f"`mpiray/{module.name}`" in page, f"CONTRIBUTING.md's table has no row for mpiray/{module.name}"
+    for tests in re.findall(r"`(test_\w+\.py)`", page):
+        assert (ROOT / "tests" / tests).exists(), tests
