@@ -145,10 +145,11 @@ class ScriptSignals(StopRequest):
 
 class ScriptLeader:
     """rank.Leader for mpiray.init()'s rank 0: the calling script, in the main thread; rank.run runs in
-    the agent thread. The main thread's half is connect() and end(); the agent's start/poll/stop/close."""
+    the agent thread. The main thread's half: begin, connected, end, at_exit; the agent's: the Leader's
+    start, poll, stop and close."""
 
-    def __init__(self, config, comm) -> None:
-        self.config, self.comm = config, comm
+    def __init__(self, config, comm, log=None) -> None:
+        self.config, self.comm, self.log = config, comm, log
         self.signals = ScriptSignals()
         self.exit_watch = ExitWatch()
         self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
@@ -218,7 +219,7 @@ class ScriptLeader:
         from mpiray import rank
 
         try:
-            self.result = rank.run(self.config, self, self.comm, stop=self.signals)
+            self.result = rank.run(self.config, self, self.comm, stop=self.signals, log=self.log)
         finally:
             self.handed_over.set()
         if self.stuck:
@@ -273,15 +274,18 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     config = library_config(options)
     if config.dry_run:
         raise ConfigError("dry_run is the command line's (start_ray.py --dry-run): init() connects to a real cluster")
-    from mpiray import mpi, rank  # imports mpi4py (MPI_Init): only once the options are valid
+    from mpiray import rank
+
+    log = rank.early_log(config) if comm is None else None  # before MPI_Init, as the command line's
+    from mpiray import mpi  # imports mpi4py (MPI_Init): only once the options are valid
 
     world = mpi.Comm(comm)
     if world.rank != 0:
-        code = rank.run(config, None, world, process_ends=exit)
+        code = rank.run(config, None, world, process_ends=exit, log=log)
         if exit:
             sys.exit(code)
         return None
-    _leader = leader = ScriptLeader(config, world)
+    _leader = leader = ScriptLeader(config, world, log)
     cluster = leader.begin()
     if cluster is None:  # the agent ended: the cluster did not start, and is torn down
         leader.signals.put_back(process_ends=exit)

@@ -33,6 +33,13 @@ class Comm:
         self._pending.append(self.comm.isend(obj, dest=dest, tag=tag))
         self._pending = [req for req in self._pending if not req.Test()]
 
+    def progress(self) -> None:
+        """Let MPI move what this rank sent: waits call it between polls. A send whose request already
+        completed may still sit in the netmod's queue (MPICH over ofi), so a probe drives the progress
+        engine too; it receives nothing."""
+        self._pending = [req for req in self._pending if not req.Test()]
+        self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+
     def send_to_others(self, obj: Any, tag: int) -> None:
         for dest in range(self.size):
             if dest != self.rank:

@@ -63,10 +63,14 @@ class Rank:
         return self.comm.rank
 
     def check(self) -> None:
-        """Between polls: a stop signal, or rank 0's word to stop, ends the wait."""
+        """Between polls: a stop signal, or rank 0's word to stop, ends the wait; rank 0's sends move on."""
         from mpiray.messages import CONTROL
 
         self.stop.check()
+        # A network netmod (MPICH's ofi, UCX) moves a sent message only while its sender calls into MPI:
+        # without this, the session reached the workers only once the head was up, and they could
+        # not load `ray start` meanwhile (measured on the 3-host testbed: 2.3 s later).
+        self.comm.progress()
         if self.rank != 0:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
@@ -90,17 +94,18 @@ class Leader(Protocol):
 
 
 def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | None = None,
-        process_ends: bool = True) -> int:
+        process_ends: bool = True, log: RankLog | None = None) -> int:
     """This rank's whole job; every rank returns the same exit code.
 
     leader: rank 0's step (unused elsewhere). comm: the communicator (default: MPI's world, whose
     MPI_Init happens here). stop: how this process hears stop signals (default: installed here).
     process_ends: the process exits right after (else, e.g. mpiray.init(exit=False), signals are
-    put back as they were, for the program that goes on).
+    put back as they were, for the program that goes on). log: this rank's log, if made before
+    MPI_Init (early_log).
     """
     from mpiray import protocol, teardown
 
-    me = setup(config, comm, stop)
+    me = setup(config, comm, stop, log)
     role = protocol.Head(me) if me.rank == 0 else protocol.Worker(me)
     code = outcome(me, lambda: drive(me, role, leader) if me.rank == 0 else role.serve())
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
@@ -108,7 +113,7 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     return code
 
 
-def setup(config: Config, comm=None, stop: StopRequest | None = None) -> Rank:
+def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankLog | None = None) -> Rank:
     """This rank's state, before any rank waits on another: stop signals, MPI, its host's ranks."""
     if stop is None:
         stop = StopRequest()
@@ -116,9 +121,9 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None) -> Rank:
     processes.become_subreaper()
     env = scheduler.detect()
     host = socket.gethostname()
-    log = RankLog(env.task_rank or 0, host)
+    if log is None:
+        log = early_log(config) if comm is None else RankLog(0, host)
     if comm is None:
-        launched(config, env, log)
         from mpiray.mpi import Comm  # imports mpi4py: MPI_Init
 
         comm = Comm()
@@ -132,18 +137,22 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None) -> Rank:
     return me
 
 
-def launched(config: Config, env: scheduler.Environment, log: RankLog) -> None:
-    """Before MPI_Init, where the job's log dir is already known (a scheduler's job, or --job-id):
-    say so, so that a rank whose MPI_Init never returns (PMI, the launcher) still left a trace."""
+def early_log(config: Config) -> RankLog:
+    """This rank's log, made before MPI_Init (of MPI's world). Where the job's log dir is already known
+    (a scheduler's job, or --job-id) it opens, and says the rank was launched: a rank whose MPI_Init
+    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id."""
+    env = scheduler.detect()
+    log = RankLog(env.task_rank or 0, socket.gethostname())
     job_id = config.job_id or env.job_id
     if job_id is None or env.task_rank is None:
-        return
+        return log
     try:
         log.open(config.log_dir / scheduler.safe_job_id(job_id))
     except OSError:
-        return  # said again, with the reason, once the rank knows more
+        return log  # said again, with the reason, once the rank knows more
     log.event("launched", launcher=env.launcher, task=env.task_rank, scheduler=env.scheduler,
               mpi_type=env.mpi_type, netmod=env.netmod)
+    return log
 
 
 def outcome(me: Rank, step: Callable[[], int]) -> int:

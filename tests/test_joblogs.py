@@ -519,10 +519,10 @@ def test_logs_of_a_job_whose_mpirun_was_killed(tmp_path):
     assert "exit code unknown" in text and "no exit line (killed, or still running): ranks 0-1" in text
 
 
-def test_the_readmes_example_is_what_the_tool_prints_for_the_committed_logs(monkeypatch, capsys):
-    """README's `mpiray logs` output of a real 3-host run is the tool's output for logs/example-3-hosts."""
-    readme = (ROOT / "README.md").read_text()
-    shown = re.search(r"<!-- mpiray logs logs/example-3-hosts -->\n```\n(.*?)```", readme, re.S).group(1)
+def test_the_docs_example_is_what_the_tool_prints_for_the_committed_logs(monkeypatch, capsys):
+    """docs/logs.md's `mpiray logs` output of a real 3-host run is the tool's output for logs/example-3-hosts."""
+    page = (ROOT / "docs" / "logs.md").read_text()
+    shown = re.search(r"<!-- mpiray logs logs/example-3-hosts -->\n```\n(.*?)```", page, re.S).group(1)
     monkeypatch.chdir(ROOT)
     assert joblogs.main(["logs/example-3-hosts"]) == 0
     assert capsys.readouterr().out == shown

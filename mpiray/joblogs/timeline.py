@@ -75,7 +75,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     ax.set_yticks(ticks)
     ax.set_yticklabels([labels[r] for r in ticks], fontsize=6 if many else 8)
     ax.set_xlim(0, end * 1.08)
-    ax.set_xlabel(f"seconds after the job's first log line ({report['started'] or 'none'})", fontsize=9)
+    ax.set_xlabel(f"seconds after the job's first event ({report['started'] or 'none'})", fontsize=9)
     ax.grid(axis="x", color="#e6e6e6")
     ax.set_axisbelow(True)
     code = report["exit_code"]

@@ -31,7 +31,6 @@ import ctypes
 import json
 import os
 import platform
-import re
 import resource
 import secrets
 import shutil
@@ -54,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from mpiray import network  # noqa: E402  (pure helpers: addresses and free port blocks)
+from mpiray.events import read_events  # noqa: E402
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -328,64 +328,37 @@ def clean_env(local: bool = True) -> dict[str, str]:
 
 # ---- the launcher's logs --------------------------------------------------------------------------
 
-_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) rank (\d+) \([^)]*\): (.*)$")
-
-
 @dataclass
 class JobLogs:
-    """What the ranks wrote to LOG_DIR/JOB_ID/rank-NNNN.log, with wall-clock times."""
+    """What the ranks logged as events (LOG_DIR/JOB_ID/rank-NNNN.jsonl), with wall-clock times."""
 
-    steps: dict[int, list[tuple[float, str]]] = field(default_factory=dict)
+    events: dict[int, list[dict]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, job_dir: Path) -> JobLogs:
-        logs = cls()
-        for path in sorted(job_dir.glob("rank-[0-9][0-9][0-9][0-9].log")):
-            rank = int(path.stem.split("-")[1])
-            entries = []
-            for line in path.read_text(errors="replace").splitlines():
-                match = _LINE.match(line)
-                if match:
-                    stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
-                    entries.append((stamp + int(match.group(2)) / 1000, match.group(4)))
-            logs.steps[rank] = entries
-        return logs
+        return cls({int(path.stem.split("-")[1]): read_events(path) for path in sorted(job_dir.glob("rank-*.jsonl"))})
+
+    def fields(self, name: str) -> list[dict]:
+        return [record["fields"] for records in self.events.values() for record in records if record["event"] == name]
 
     def private_dirs(self) -> list[str]:
-        return [m.group(1) for entries in self.steps.values() for _, text in entries
-                if (m := re.search(r"Private dir \(0700, token and Ray's temp dir\): (\S+)", text))]
+        return [fields["path"] for fields in self.fields("private_dir")]
 
-    def first(self, rank: int, pattern: str) -> tuple[float, re.Match] | None:
-        for when, text in self.steps.get(rank, []):
-            match = re.search(pattern, text)
-            if match:
-                return when, match
-        return None
+    def when(self, rank: int, name: str) -> float | None:
+        return next((record["time"] for record in self.events.get(rank, []) if record["event"] == name), None)
 
-    def when(self, rank: int, pattern: str) -> float | None:
-        found = self.first(rank, pattern)
-        return found[0] if found else None
+    def first_time(self, rank: int) -> float | None:
+        return self.events[rank][0]["time"] if self.events.get(rank) else None
 
     def stopped_pids(self) -> list[int]:
-        pids = []
-        for rank in self.steps:
-            for _, text in self.steps[rank]:
-                match = re.search(r"Stopped \d+ processes .*: pids ([\d ]+)", text)
-                if match:
-                    pids += [int(p) for p in match.group(1).split()]
-        return pids
+        return [pid for fields in self.fields("processes_stopped") for pid in fields["pids"]]
 
     def rank_pids(self) -> dict[int, int]:
-        pids = {}
-        for rank in self.steps:
-            found = self.first(rank, r"\(pid (\d+)\): rank \d+ of")
-            if found:
-                pids[rank] = int(found[1].group(1))
-        return pids
+        return {rank: records[0]["pid"] for rank, records in self.events.items() if records}
 
     def driver_pid(self) -> int | None:
-        found = self.first(0, r"Driver started \(pid (\d+)\)")
-        return int(found[1].group(1)) if found else None
+        found = [record["fields"]["pid"] for record in self.events.get(0, []) if record["event"] == "driver_started"]
+        return found[0] if found else None
 
 
 def job_processes(job_id: str, logs: JobLogs, since_wall: float) -> list[psutil.Process]:
@@ -587,18 +560,18 @@ def time_launch(where: Where, scratch: Path) -> dict:
     logs = JobLogs.read(job_dir)
     left = leftovers(job_id, logs, before, run.started_wall)
     last = run.last_line("BENCH-HELLO")
-    driver_exit = logs.when(0, r"^Driver exited with code")
-    rank0_first = min((w for w, _ in logs.steps.get(0, [])), default=None)
+    driver_exit = logs.when(0, "driver_exited")
+    rank0_first = logs.first_time(0)
     result.update(
         seconds=first - run.started,
         exit_after_last_line_s=run.ended - last,
         exit_after_driver_exit_s=(run.ended_wall - driver_exit) if driver_exit else None,
-        phases={  # seconds since the start, from rank 0's log (wall clock)
+        phases={  # seconds since the start, from rank 0's events (wall clock)
             "rank0_first_log_line": _since(rank0_first, run.started_wall),
-            "head_ray_start": _since(logs.when(0, r"^Starting Ray head node"), run.started_wall),
-            "head_registered": _since(logs.when(0, r"^Head started at"), run.started_wall),
-            "ready_to_start_driver": _since(logs.when(0, r"^Ready to start driver!"), run.started_wall),
-            "driver_started": _since(logs.when(0, r"^Driver started"), run.started_wall),
+            "head_ray_start": _since(logs.when(0, "node_starting"), run.started_wall),
+            "head_registered": _since(logs.when(0, "head_alive"), run.started_wall),
+            "ready_to_start_driver": _since(logs.when(0, "cluster_ready"), run.started_wall),
+            "driver_started": _since(logs.when(0, "driver_started"), run.started_wall),
             "driver_exited": _since(driver_exit, run.started_wall),
         },
         stopped_pids=len(logs.stopped_pids()),

@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+from mpiray.events import read_events  # noqa: E402
+
 from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
@@ -64,7 +66,7 @@ def real_run(bed: testbed.Testbed, per_host: int, scratch: Path) -> dict:
         cpu = busy_seconds(stamp.group(2)) - before_cpu
         row.update(ready_s=round(ready, 2), cpu_s=round(cpu, 2), limit_s=round(cpu / CORES, 2),
                    ratio=round(ready / (cpu / CORES), 2))
-    retries = sum(p.read_text().count("starting this rank's node again") for p in job_dir.glob("rank-*[0-9].log"))
+    retries = sum(record["event"] == "join_retry" for p in job_dir.glob("rank-*.jsonl") for record in read_events(p))
     row["retried_joins"] = retries
     deadline = time.monotonic() + 60
     while (left := testbed.job_processes(bed, job_dir.name)) and time.monotonic() < deadline:
@@ -91,9 +93,9 @@ def protocol_run(ranks: int, scratch: Path, repeats: int = 3) -> dict:
                                    "--job-id", job, "--dry-run", *per], scratch))
     counts = {}
     for rank in (0, ranks - 1):
-        found = re.search(r"MPI messages of this rank: (\d+) sent, (\d+) received",
-                          (log_dir / job / f"rank-{rank:04d}.log").read_text())
-        counts[rank] = [int(found.group(1)), int(found.group(2))]
+        (found,) = [r["fields"] for r in read_events(log_dir / job / f"rank-{rank:04d}.jsonl")
+                    if r["event"] == "mpi_messages"]
+        counts[rank] = [found["sent"], found["received"]]
     return {"ranks": ranks, "node_per": "host" if per else "rank", "dry_s": round(statistics.median(dry), 2),
             "bare_s": round(statistics.median(bare), 2), "ratio": round(statistics.median(dry) / statistics.median(bare), 2),
             "rank0_sent_received": counts[0], "worker_sent_received": counts[ranks - 1]}
