@@ -1,7 +1,9 @@
 """The `start_ray.py` command line and the `mpiray` command: argv -> Config -> rank.run(config, driver).
 
     mpirun -np N python start_ray.py [launcher options] [-- DRIVER COMMAND ...]
+    srun python start_ray.py --join JOB_ID                 (this job's nodes join JOB_ID's cluster)
     mpiray logs [LOG_DIR/]JOB_ID [--json] [--png FILE]
+    mpiray list | mpiray attach JOB_ID -- python driver.py
 
 Options are declared in options.py. Bad input ends every task with exit code 2 before MPI starts,
 and only the job's first task says why, in one line.
@@ -25,10 +27,15 @@ TRAINER_MODULES = ("gymnasium", "torch")
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if list(argv[:1]) == ["logs"]:  # `mpiray logs JOB`: read a job's rank logs (no MPI)
+    command = list(argv[:1])
+    if command == ["logs"]:  # `mpiray logs JOB`: read a job's rank logs (no MPI)
         from mpiray import joblogs
 
         return joblogs.main(argv[1:])
+    if command in (["list"], ["attach"]):  # the user's running clusters, from a shell (no MPI)
+        from mpiray import shell
+
+        return (shell.list_main if command == ["list"] else shell.attach_main)(argv[1:])
     try:
         config = parse_args(argv)
         check_default_driver(config)
@@ -37,8 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     from mpiray import rank  # imports mpi4py, which initializes MPI: only once args are valid
     from mpiray.driver import CommandLeader
+    from mpiray.join import StayLeader
 
-    return rank.run(config, CommandLeader(config.driver))
+    leader = StayLeader() if config.join and not config.driver else CommandLeader(config.driver)
+    return rank.run(config, leader)
 
 
 def check_default_driver(config: Config) -> None:

@@ -58,6 +58,8 @@ class NodeSpec:
     share: Share
     ports: NodePorts
     node_name: str
+    resources: str = ""  # custom resources, as JSON ({"NODE_ID_AS_RESOURCE": 7}): --resources
+    autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
     # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
@@ -73,6 +75,7 @@ class HeadPorts:
     max_worker: int
     ray_client: int | None  # `ray start --head` serves Ray Client (ray://) whenever grpcio imports
     dashboard_metrics: int | None  # a full dashboard process serves its own metrics (DASHBOARD_METRIC_PORT)
+    autoscaler_metrics: int | None = None  # Ray's autoscaler serves its metrics (AUTOSCALER_METRIC_PORT, 44217)
 
 
 def head_ports(spec: NodeSpec) -> HeadPorts:
@@ -81,7 +84,9 @@ def head_ports(spec: NodeSpec) -> HeadPorts:
     top -= ray_client is not None
     dashboard_metrics = top if spec.full_agent else None
     top -= dashboard_metrics is not None
-    return HeadPorts(top, ray_client, dashboard_metrics)
+    autoscaler_metrics = top if spec.autoscaling_config else None
+    top -= autoscaler_metrics is not None
+    return HeadPorts(top, ray_client, dashboard_metrics, autoscaler_metrics)
 
 
 def _common(spec: NodeSpec, max_worker: int) -> list[str]:
@@ -105,6 +110,8 @@ def _common(spec: NodeSpec, max_worker: int) -> list[str]:
         # ray_node.py starts the log monitor once the node is ALIVE: off the start's critical path.
         "--include-log-monitor=false",
     ]
+    if spec.resources:
+        argv.append(f"--resources={spec.resources}")
     if spec.full_agent:
         # The agent's gRPC server (raylet and the GCS send it metrics) and its Prometheus endpoint.
         argv += [f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
@@ -120,8 +127,10 @@ def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics
     argv = [*ray, "start", "--head", f"--port={ports.gcs}", *_common(spec, extra.max_worker)]
     if extra.ray_client:  # given without grpcio, a port is an error
         argv.append(f"--ray-client-server-port={extra.ray_client}")
-    # A batch cluster has a fixed set of nodes: the autoscaler monitor would only cost a process.
-    argv.append("--no-monitor")
+    if spec.autoscaling_config:  # Ray's autoscaler grows and shrinks it through worker jobs (provider.py)
+        argv.append(f"--autoscaling-config={spec.autoscaling_config}")
+    else:  # a batch cluster of a fixed set of nodes: the autoscaler monitor would only cost a process
+        argv.append("--no-monitor")
     if not (metrics and spec.full_agent):
         # Nothing collects what is not exported: every node's raylet, workers and agent (given
         # --disable-metrics-collection) take this from the head's config.

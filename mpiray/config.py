@@ -21,6 +21,7 @@ class Config:
     num_gpus: int | None = None
     head_cpus: int | None = None
     object_store_memory: int | None = None  # bytes per Ray node
+    resources: str | None = None  # custom Ray resources of each node, JSON (ray start --resources)
     stop_grace: float = 30.0
     time_limit: float | None = None
     interface: str | None = None
@@ -33,3 +34,10 @@ class Config:
     dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster
     progress: str = "auto"  # rank 0's live start-up line: "auto" (on a terminal), "on" or "off"
     gcs_core: str = "auto"  # a CPU of the head's host left to the GCS: "auto" (>= 8 CPUs), "on" or "off"
+    join: str | None = None  # a running cluster's job id: this job's ranks join it instead of starting one
+    registry: Path | None = None  # the cluster registry (registry.py); None: MPIRAY_REGISTRY or ~/.mpiray/clusters
+    autoscale: str | None = None  # "MIN:MAX" Ray nodes: Ray's autoscaler adds worker jobs (autoscale.py)
+    cooldown: float = 60.0  # idle seconds before a worker job is cancelled
+    worker_job: Path | None = None  # the worker jobs' template: #SBATCH/#PBS lines and shell lines
+    worker_cpus: int | None = None  # CPUs of a worker job's node (default: the head's)
+    worker_gpus: int | None = None  # GPUs of a worker job's node (default: 0)

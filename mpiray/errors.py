@@ -24,6 +24,7 @@ class ConfigError(LaunchError):
     """Bad input: an option, a path, an interface or a port the user gave."""
 
     exit_code = 2
+    cause = "config"
 
 
 class StartupTimeout(LaunchError):

@@ -82,7 +82,13 @@ KINDS = _kinds(
     cluster_ready=(INFO, "all {workers} workers reported: {nodes} Ray nodes, {cpus:g} CPUs, {gpus:g} GPUs, ready "
                          "after {seconds:.1f} s"),
     node_manifest=(INFO, "node manifest: {ip} ({interface}), ports {listening}, Ray {ray}, token {token}"),
+    published=(INFO, "this cluster is in the registry {root} as {job_id}: other jobs can --join it, shells attach"),
+    registry_failed=(WARNING, "the cluster registry {root} cannot be used ({problem}): --join and attach will not "
+                              "find this cluster"),
+    joining=(INFO, "joining cluster {cluster} at {gcs_address} (its head on {head_host}) with {workers} more ranks"),
     # -- the leader's step (rank 0) ------------------------------------------------------------
+    serving=(INFO, "this job's {nodes} nodes ({cpus} CPUs) serve cluster {cluster} until it ends or this job does"),
+    cluster_ended=(INFO, "cluster {cluster} ended: this job's nodes leave it"),
     dry_run=(INFO, "dry run: no Ray was started, and no driver runs ({command})"),
     driver_started=(INFO, "driver started (pid {pid}): {command}; its output is also in {output}"),
     script_connected=(INFO, "this script is connected to the cluster as its driver (mpiray.init): {gcs_address}"),
@@ -103,6 +109,20 @@ KINDS = _kinds(
                             "{missing_text}"),  # + missing [{rank, host, log}]
     unexpected=(ERROR, "unexpected failure:\n{traceback}"),
     own_node_exited=(ERROR, "this rank's Ray node exited with code {code} (see {output})"),
+    # -- an elastic cluster (autoscale.py on rank 0; provider.py, Ray's autoscaler, in autoscaler-rank-0000.*) --
+    autoscaler_configured=(INFO, "autoscaler: {low} to {high} nodes ({own} this job's), worker jobs of {cpus} CPUs, "
+                                 "{gpus} GPUs on {scheduler}, cancelled after {cooldown:g} s idle"),
+    job_submitted=(INFO, "worker job {job} submitted for node {node} ({job_name}: {cpus} CPUs, {gpus} GPUs)"),
+    submit_deferred=(INFO, "a worker job Ray asked for waits: {reason}"),
+    job_started=(INFO, "worker job {job} (node {node}) started after {waited} s in the queue"),
+    node_joined=(INFO, "node {node} of worker job {job} joined the cluster {seconds} s after its submit"),
+    job_failed=(WARNING, "worker job {job} (node {node}) failed: {why}; {failures} in a row, next submit in "
+                         "{backoff:g} s"),
+    submits_stopped=(ERROR, "{why}"),
+    job_cancelled=(INFO, "worker job {job} (node {node}) cancelled: {why}"),
+    worker_job_ended=(INFO, "worker job {job} (node {node}) ended"),
+    worker_jobs_cancelled=(INFO, "the cluster ends: its worker jobs {jobs} are cancelled"),
+    siblings_cancelled=(INFO, "the cluster ended without its head's word: its other worker jobs {jobs} are cancelled"),
     # -- the end -------------------------------------------------------------------------------
     signalled=(WARNING, "stopping on signal {signum}"),
     job_ended=(INFO, "rank 0 ended the job with exit code {code}"),
@@ -153,12 +173,12 @@ def stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds % 1 * 1000):03d}"
 
 
-def rank_log_name(rank: int) -> str:
-    return f"rank-{rank:04d}.log"
+def rank_log_name(rank: int, prefix: str = "") -> str:
+    return f"{prefix}rank-{rank:04d}.log"
 
 
-def rank_events_name(rank: int) -> str:
-    return f"rank-{rank:04d}.jsonl"
+def rank_events_name(rank: int, prefix: str = "") -> str:
+    return f"{prefix}rank-{rank:04d}.jsonl"
 
 
 class RankLog:
@@ -176,28 +196,47 @@ class RankLog:
         self._human: TextIO | None = None
         self._events: TextIO | None = None
         self._pending: list[dict] = []
+        self._provisional: list[dict] | None = None  # what a provisional open's files hold so far
         self._lock = threading.Lock()
 
-    def open(self, job_dir: Path, rank: int | None = None) -> None:
-        """Start writing into job_dir (rank: the file's number, if not this rank's own)."""
+    def open(self, job_dir: Path, rank: int | None = None, prefix: str = "", provisional: bool = False) -> None:
+        """Start writing into job_dir (rank: the file's number, if not this rank's own; prefix: a joining
+        job's, before the file names).
+
+        provisional: opened before MPI_Init, where the job's own log dir is known; a rank that learns it
+        writes elsewhere (a job that joins another's cluster) moves what it wrote there at its next open.
+        """
         from mpiray.logs import open_append
 
         number = self.rank if rank is None else rank
+        path, events_path = job_dir / rank_log_name(number, prefix), job_dir / rank_events_name(number, prefix)
         with self._lock:
             if self._human is not None:
-                return
-            self.path, self.events_path = job_dir / rank_log_name(number), job_dir / rank_events_name(number)
+                if self._provisional is None or path == self.path:
+                    self._provisional = None
+                    return
+                self._human.close()  # the early files held only these records: they move
+                self._events.close()
+                self.path.unlink(missing_ok=True)
+                self.events_path.unlink(missing_ok=True)
+                try:
+                    self.path.parent.rmdir()  # made for them alone (another rank of the job may still use it)
+                except OSError:
+                    pass
+                self._pending, self._provisional = self._provisional, None
+            self.path, self.events_path = path, events_path
             self._human = open_append(self.path, text=True)
             self._events = open_append(self.events_path, text=True)
             for record in self._pending:
                 self._write(record)
+            self._provisional = list(self._pending) if provisional else None
             self._pending.clear()
 
     @property
     def is_open(self) -> bool:
         return self._human is not None
 
-    def event(self, name: str, **fields) -> dict:
+    def event(self, name: str, /, **fields) -> dict:
         """Log one event; returns its record."""
         if name not in KINDS:
             raise KeyError(f"no such event kind: {name}")  # a typo in mpiray itself: fail its tests
@@ -208,6 +247,8 @@ class RankLog:
                 self._pending.append(record)
             else:
                 self._write(record)
+                if self._provisional is not None:
+                    self._provisional.append(record)
         level = KINDS[name].level
         if level != INFO:
             where = f" (log: {self.path})" if self.path and level == ERROR else ""

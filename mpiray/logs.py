@@ -14,22 +14,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def job_log_dir(log_dir: Path, job_id: str) -> Path:
-    return log_dir / job_id
+def ray_output_path(job_dir: Path, rank: int, prefix: str = "") -> Path:
+    """Where the stdout/stderr of this rank's `ray start` go (prefix: a joining job's, see messages.Session)."""
+    return job_dir / f"{prefix}rank-{rank:04d}.ray.log"
 
 
-def rank_log_path(log_dir: Path, job_id: str, rank: int) -> Path:
-    return job_log_dir(log_dir, job_id) / f"rank-{rank:04d}.log"
-
-
-def ray_output_path(log_dir: Path, job_id: str, rank: int) -> Path:
-    """Where the stdout/stderr of this rank's `ray start` go."""
-    return job_log_dir(log_dir, job_id) / f"rank-{rank:04d}.ray.log"
-
-
-def ray_session_logs_path(log_dir: Path, job_id: str, rank: int) -> Path:
+def ray_session_logs_path(job_dir: Path, rank: int, prefix: str = "") -> Path:
     """Where Ray's own session logs of this rank are kept after teardown."""
-    return job_log_dir(log_dir, job_id) / f"ray-rank-{rank:04d}"
+    return job_dir / f"{prefix}ray-rank-{rank:04d}"
 
 
 def open_append(path: Path, text: bool = False):

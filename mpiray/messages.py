@@ -30,11 +30,26 @@ STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may sto
 class Session:
     """What rank 0 tells every rank before anything starts."""
 
-    job_id: str
+    job_id: str  # the cluster's: the job whose rank 0 runs the head (its logs, its registry entry)
     head_ip: str
     gcs_address: str
     token: str | None
     started: float  # rank 0's time.time() at launch, for "seconds to ready"
+    log_dir: str = ""  # where the ranks write (LOG_DIR/JOB_ID); "" for config.log_dir / job_id
+    own_job_id: str = ""  # a job that joined another's cluster (--join): its own id, else ""
+
+    def job_dir(self, log_dir: Path) -> Path:
+        return Path(self.log_dir) if self.log_dir else log_dir / self.job_id
+
+    @property
+    def prefix(self) -> str:
+        """Of this job's files in the cluster's log dir: "" for the cluster's own job, join-ID- for another."""
+        return f"join-{self.own_job_id}-" if self.own_job_id else ""
+
+    @property
+    def ports_job_id(self) -> str:
+        """What picks this job's port blocks (two jobs on one host must differ)."""
+        return self.own_job_id or self.job_id
 
 
 @dataclass(frozen=True)

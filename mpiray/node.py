@@ -250,8 +250,9 @@ class RayNode:
 
         def alive():
             if self.output.watch_failed is not None:
+                refused = any(sign in self.output.watch_failed for sign in ("InvalidAuthToken", "Authentication"))
                 raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} "
-                                  f"(see {self.output_path})")
+                                  f"(see {self.output_path})", cause="foreign_gcs" if refused else None)
             self.check_running()
             return self.output.alive
 

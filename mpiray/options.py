@@ -12,6 +12,7 @@ input is a ConfigError (exit code 2) that names the flag, variable or keyword, b
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -127,6 +128,28 @@ def _path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("empty path: give a directory")
     return Path(text)
+
+
+def _resources(text: str) -> str:
+    """Ray's --resources: a JSON object of custom resource names and amounts, e.g. {"accel": 2}."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r} (give an object, e.g. '{{\"accel\": 2}}')") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+                                              and not isinstance(v, bool) for k, v in value.items()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give an object of names and amounts >= 0, e.g. '{{\"accel\": 2}}'")
+    return json.dumps(value, sort_keys=True)
+
+
+def _bounds(text: str) -> str:
+    from mpiray.autoscale import parse_bounds
+
+    try:
+        parse_bounds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _interface(text: str) -> str:
@@ -250,6 +273,8 @@ OPTIONS = (
     Option("num_gpus", None, "GPUs each Ray node offers", _count, shown_default="the rank's share of the visible GPUs"),
     Option("head_cpus", None, "CPUs the head node offers to Ray (e.g. 0 keeps them for the driver and learner)",
            _count, shown_default="as --num-cpus"),
+    Option("resources", None, "custom Ray resources each node of this job offers, as JSON, e.g. '{\"accel\": 2}'",
+           _resources, shown_default="none"),
     Option("object_store_memory", None, "object store size of each Ray node, at least 75M, e.g. 2G",
            _object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
     Option("stop_grace", 30.0, "seconds the driver gets between SIGTERM and SIGKILL to checkpoint (exported to it "
@@ -277,6 +302,22 @@ OPTIONS = (
     Option("metrics", True, "Ray's metrics: every node exports them on a port of the job's block (needs "
            "ray[default]); --no-metrics collects none, which saves the head a core's worth of work when nodes "
            "are lost", switch=True, shown_default="on"),
+    Option("join", None, "join the running cluster of batch job JOB_ID (see `mpiray list`) instead of starting "
+           "one: this job's ranks add Ray worker nodes to it, and leave when this job ends or the cluster does; "
+           "a driver command, if given, runs against that cluster", _job_id, shown_default="none"),
+    Option("registry", None, "where running clusters say how to reach them (`--join`, `mpiray attach`, "
+           "`mpiray list`): a directory of yours on a file system every batch job sees", _path,
+           shown_default="~/.mpiray/clusters"),
+    Option("autoscale", None, "MIN:MAX Ray nodes, this job's own included: Ray's autoscaler adds worker jobs "
+           "(one node each) while its demand needs more, and cancels them after --cooldown idle seconds",
+           _bounds, shown_default="off"),
+    Option("cooldown", 60.0, "seconds a worker job's node stays idle before the autoscaler cancels the job",
+           _positive_seconds),
+    Option("worker_job", None, "the autoscaler's worker job template: its #SBATCH (or #PBS) lines (partition, "
+           "account, qos, walltime) and shell lines (module loads, a venv) go into every worker job", _path,
+           shown_default="none"),
+    Option("worker_cpus", None, "CPUs of each worker job's node", _positive_count, shown_default="the head's"),
+    Option("worker_gpus", None, "GPUs of each worker job's node", _count, shown_default="0"),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
            "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
            switch=True, shown_default="off"),
@@ -330,6 +371,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
     environ = os.environ if environ is None else environ
     argv = list(argv)
     launcher_argv, driver = argv, _env_driver(environ) or list(DEFAULT_DRIVER)
+    given = "--" in argv or _env_driver(environ) is not None
     if "--" in argv:
         split = argv.index("--")
         launcher_argv, driver = argv[:split], argv[split + 1:]
@@ -342,8 +384,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
             f"e.g. start_ray.py -- python my_driver.py"
         )
-    if not with_driver:
-        driver = []
+    if not with_driver or (args.join and not given):
+        driver = []  # the library's (the calling script), or a joining job's nodes that just serve
     elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
     problem = raycompat.version_problem(raycompat.ray_version(), args.auth) or raycompat.agent_http_problem(

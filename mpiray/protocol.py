@@ -39,7 +39,7 @@ from mpiray.messages import (
     print_summary,
     resource_fields,
 )
-from mpiray.rank import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank, report
+from mpiray.rank import DRIVER_POLL, HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank, report
 from mpiray.ranknode import (
     describe_when_started,
     join,
@@ -49,6 +49,7 @@ from mpiray.ranknode import (
     wait_for_head,
     wait_until_alive,
 )
+from mpiray.registry import HEARTBEAT_S, Published
 
 
 class WorkerFailed(LaunchError):
@@ -86,8 +87,46 @@ class Head:
         self.me = me
         self.node_ranks: set[int] = set()  # the workers that run a Ray node: the head must outlive their `ray start`
         self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting
+        self.published: Published | None = None  # this cluster in the registry, for --join and attach
+        self.beat = 0.0  # time.monotonic() of the last heartbeat
+        self.autoscale = None  # autoscale.Autoscale, with --autoscale
 
     def lead(self) -> Cluster:
+        """The cluster up: this rank's own node first (start_own), then every worker's report."""
+        me, config = self.me, self.me.config
+        own = self.start_own()
+        me.log.event(self.own_alive_event, gcs_address=me.session.gcs_address, ip=own.ip, node_id=own.node_id,
+                     **resource_fields(own.resources))
+        if me.node is not None:
+            me.log.event("node_pids", pids=me.node.pids())
+
+        live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
+        me.log.listeners.append(live.on_event)
+        try:
+            reports = self.collect_reports(own, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)),
+                                           live)
+        finally:
+            me.log.listeners.remove(live.on_event)
+            live.close()
+        if not config.dry_run:
+            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
+        check_versions(reports)
+        nodes = tuple(r for r in reports if r.node_id)
+        cluster = Cluster(me.session, nodes, me.session.job_dir(config.log_dir),
+                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace)
+        me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
+                     gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
+        print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
+        if not config.dry_run:
+            self.publish(cluster)
+            if self.autoscale is not None:
+                self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])
+        return cluster
+
+    own_alive_event = "head_alive"
+
+    def start_own(self):
+        """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
         me, config = self.me, self.me.config
         job_id = config.job_id or scheduler.safe_job_id(scheduler.default_job_id(me.env))
         me.log.open(config.log_dir / job_id)
@@ -104,35 +143,38 @@ class Head:
         me.comm.send_to_others(me.session, SESSION)
         me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.session.gcs_address)
 
-        spec = start_node(me, share, ports, head=True)
-        if config.dry_run:
-            head = planned_node(me, spec)
-        else:
-            me.node.release()
-            head = wait_until_alive(me)
-        me.log.event("head_alive", gcs_address=me.session.gcs_address, ip=head.ip, node_id=head.node_id,
-                     **resource_fields(head.resources))
-        if me.node is not None:
-            me.log.event("node_pids", pids=me.node.pids())
+        autoscaling = ""
+        if config.autoscale and not config.dry_run:
+            from mpiray.autoscale import Autoscale
 
-        live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
-        me.log.listeners.append(live.on_event)
-        try:
-            reports = self.collect_reports(head, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)),
-                                           live)
-        finally:
-            me.log.listeners.remove(live.on_event)
-            live.close()
-        if not config.dry_run:
-            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
-        check_versions(reports)
-        nodes = tuple(r for r in reports if r.node_id)
-        cluster = Cluster(me.session, nodes, config.log_dir / job_id,
-                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace)
-        me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
-                     gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
-        print_summary(job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
-        return cluster
+            self.autoscale = Autoscale(me, job_id, me.session.job_dir(config.log_dir))
+            autoscaling = self.autoscale.write_config(share)
+        spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
+        if config.dry_run:
+            return planned_node(me, spec)
+        me.node.release()
+        head = wait_until_alive(me)
+        if self.autoscale is not None:
+            self.autoscale.own_nodes_are(head.node_id, [])
+        return head
+
+    def publish(self, cluster: Cluster) -> None:
+        """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
+        self.published = Published.head(self.me, cluster)
+
+    def lost(self) -> tuple[str, dict, int] | None:
+        """The cluster's heart stopped: (event, fields, exit code), or None. The head's is its own node."""
+        node = self.me.node
+        if node is None or not node.exited():
+            return None
+        return "head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"}, \
+            HEAD_LOST_EXIT
+
+    def tick(self) -> None:
+        """While the leader runs: the registry's heartbeat."""
+        if self.published is not None and time.monotonic() - self.beat > HEARTBEAT_S:
+            self.beat = time.monotonic()
+            self.published.beat(self.me)
 
     def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
@@ -181,6 +223,8 @@ class Head:
 
     def announce(self, code: int) -> None:
         self.me.comm.send_to_others(code, CONTROL)
+        if self.published is not None:  # gone from the registry first: nobody joins a cluster that is ending
+            self.published.withdraw(self.me)
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         """Keep the GCS up until every worker's `ray start` is done starting (not on a stop signal),
@@ -191,7 +235,9 @@ class Head:
             self._wait_for_stopped()
 
     def after_stopping_node(self, head_stops_last: bool) -> None:
-        pass
+        if self.autoscale is not None:  # Ray's monitor is gone with the head: nothing submits any more
+            self.autoscale.cancel_all()  # pending and running worker jobs alike
+            self.autoscale.remove()
 
     def _wait_for_settled(self) -> None:
         """A worker's node is ALIVE, and the driver may run, ~0.3-0.9 s before its `ray start` is done;
@@ -244,10 +290,10 @@ class Worker:
         if session is None:
             raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
         me.session = session
-        me.log.open(me.config.log_dir / session.job_id)
+        me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         log_context(me)
         me.comm.send({"host": me.host, "log": str(me.log.path)}, 0, HELLO)
-        share, ports = plan_host(me, session.job_id)
+        share, ports = plan_host(me, session.ports_job_id)
         if share is None:
             me.log.event("idle_by_design")
             me.comm.send(report(me), 0, REPORT)

@@ -103,10 +103,10 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     put back as they were, for the program that goes on). log: this rank's log, if made before
     MPI_Init (early_log).
     """
-    from mpiray import protocol, teardown
+    from mpiray import join, protocol, teardown
 
     me = setup(config, comm, stop, log)
-    role = protocol.Head(me) if me.rank == 0 else protocol.Worker(me)
+    role = protocol.Worker(me) if me.rank else join.Joiner(me) if config.join else protocol.Head(me)
     code = outcome(me, lambda: drive(me, role, leader) if me.rank == 0 else role.serve())
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
     leave(me, code, process_ends)
@@ -147,7 +147,7 @@ def early_log(config: Config) -> RankLog:
     if job_id is None or env.task_rank is None:
         return log
     try:
-        log.open(config.log_dir / scheduler.safe_job_id(job_id))
+        log.open(config.log_dir / scheduler.safe_job_id(job_id), provisional=True)
     except OSError:
         return log  # said again, with the reason, once the rank knows more
     log.event("launched", launcher=env.launcher, task=env.task_rank, scheduler=env.scheduler,
@@ -187,13 +187,14 @@ def drive(me: Rank, head, leader: Leader) -> int:
     cluster = head.lead()
     leader.start(me, cluster)
     try:
-        return watch(me, leader)
+        return watch(me, head, leader)
     finally:
         leader.close(me)
 
 
-def watch(me: Rank, leader: Leader) -> int:
-    """While the leader runs: its end, a stop signal, --time-limit, the head's node, lost worker nodes."""
+def watch(me: Rank, head, leader: Leader) -> int:
+    """While the leader runs: its end, a stop signal, --time-limit, the cluster's heart (head.lost()), lost
+    worker nodes; head (protocol.Head, or join.Joiner) keeps the registry's heartbeat meanwhile."""
     from mpiray.ranknode import describe_when_started
 
     config = me.config
@@ -203,6 +204,7 @@ def watch(me: Rank, leader: Leader) -> int:
         if code is not None:
             return code
         describe_when_started(me)
+        head.tick()
         if me.stop.signum is not None:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
             leader.stop(config.stop_grace, 128 + me.stop.signum)
@@ -211,11 +213,13 @@ def watch(me: Rank, leader: Leader) -> int:
             me.log.event("time_limit", limit=config.time_limit, grace=config.stop_grace, cause="time_limit")
             leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
             return TIME_LIMIT_EXIT
-        if me.node is not None and me.node.exited():
-            me.log.event("head_lost", code=me.node.exit_code(), output=str(me.node.output_path), cause="head_lost")
+        lost = head.lost()
+        if lost is not None:
+            name, fields, code = lost
+            me.log.event(name, **fields)
             # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
-            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), HEAD_LOST_EXIT)
-            return HEAD_LOST_EXIT
+            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), code)
+            return code
         while (event := me.comm.poll(tag=EVENT)) is not None:
             me.log.event("node_lost", peer=event[0], message=event[2])
 

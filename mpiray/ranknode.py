@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 
 from mpiray import commands, network, processes
 from mpiray.deadline import Deadline, poll_until
@@ -21,7 +22,9 @@ from mpiray.node import NodeStartFailed, RayNode
 from mpiray.rank import RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.raycompat import ray_version
 
-JOIN_ATTEMPTS = 3  # a worker's `ray start`, when it fails as an overloaded GCS makes it fail
+JOIN_ATTEMPTS = 3
+AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provider asks squeue at most this often)
+MPIRAY_PARENT = Path(__file__).resolve().parent.parent  # a worker's `ray start`, when it fails as an overloaded GCS makes it fail
 
 
 def log_context(me: Rank) -> None:
@@ -30,23 +33,27 @@ def log_context(me: Rank) -> None:
                  mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
 
-def start_node(me: Rank, share, ports: network.NodePorts, head: bool) -> commands.NodeSpec:
-    """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so."""
+def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscaling_config: str = "") -> commands.NodeSpec:
+    """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so.
+
+    autoscaling_config: the head's, where Ray's autoscaler runs (autoscale.py)."""
     config, session = me.config, me.session
     if config.dry_run:
         ray_dir = config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
     else:
+        job_dir = session.job_dir(config.log_dir)
         me.node = RayNode.prepare(
             config.temp_dir, f"r{me.rank}",
-            output_path=ray_output_path(config.log_dir, session.job_id, me.rank),
-            kept_logs=ray_session_logs_path(config.log_dir, session.job_id, me.rank),
+            output_path=ray_output_path(job_dir, me.rank, session.prefix),
+            kept_logs=ray_session_logs_path(job_dir, me.rank, session.prefix),
             token=session.token,
         )
         ray_dir = me.node.ray_dir
         if me.node.swept:
             me.log.event("stale_dirs_removed", count=len(me.node.swept), paths=[str(p) for p in me.node.swept])
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
-    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}")
+    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}", config.resources or "",
+                             autoscaling_config)
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
@@ -69,6 +76,12 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool) -> command
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
+    if autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
+        env["AUTOSCALER_METRIC_PORT"] = str(commands.head_ports(spec).autoscaler_metrics)
+        # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
+        # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
+        env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(MPIRAY_PARENT), env.get("PYTHONPATH", "")]))
     me.node.start(argv, env, share.affinity, spec)
     if head and config.dashboard:
         me.log.event("dashboard", port=ports.dashboard)

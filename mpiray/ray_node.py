@@ -133,6 +133,12 @@ def say_compat_notes() -> None:
         say(f"{COMPAT.decode()}{key} {note}")
 
 
+def refused(error: BaseException) -> bool:
+    """The GCS answered and refused this node's token: asking again cannot help."""
+    text = f"{type(error).__name__} {error}"
+    return "AuthenticationError" in text or "InvalidAuthToken" in text or "UNAUTHENTICATED" in text.upper()
+
+
 def watch(address: str, name: str, temp_dir: str):
     gcs, started, errors = Gcs(address), time.monotonic(), set()
     while True:
@@ -141,7 +147,9 @@ def watch(address: str, name: str, temp_dir: str):
         except QueryHung as error:
             node, gcs = None, Gcs(address)  # the hung query keeps the old client: start afresh
             say(f"mpiray: node {name}: {error}; asking again with a new client")
-        except Exception as error:  # the GCS is not up yet, or refuses us: say so if it lasts
+        except Exception as error:  # the GCS is not up yet: say so if it lasts; one that refuses us: now
+            if refused(error):
+                raise
             node = None
             if time.monotonic() - started > QUIET_SECONDS and str(error) not in errors:
                 errors.add(str(error))

@@ -24,6 +24,7 @@ class Scheduler:
     gpus: tuple[str, ...] = ()  # the GPU ids the job step may use, comma-separated (after CUDA_VISIBLE_DEVICES)
     memory_mb: tuple[str, ...] = ()  # the memory (MiB) the job may use on a node
     restart_count: tuple[str, ...] = ()  # how often the batch system started this job again (requeue)
+    end_time: tuple[str, ...] = ()  # when the job's walltime ends, seconds since 1970
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ SCHEDULERS = (
     # component it is in (seen on the testbed: the last component's value).
     Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",),
               gpus=("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"), memory_mb=("SLURM_MEM_PER_NODE",),
-              restart_count=("SLURM_RESTART_COUNT",)),
+              restart_count=("SLURM_RESTART_COUNT",), end_time=("SLURM_JOB_END_TIME",)),
     # NCPUS: the chunk's ncpus. Not OMP_NUM_THREADS, which users set to 1 for PyTorch's sake.
     # PBS keeps PBS_JOBID on qrerun and sets no restart count.
     Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS",), job_id_suffix="."),
@@ -132,6 +133,7 @@ class Environment:
     restart: str | None = None  # "restart 1 (SLURM_RESTART_COUNT)" for a job started again, else None
     mpi_type: str | None = None  # the process-manager plugin srun offered (srun --mpi=X)
     netmod: str | None = None  # MPICH's network module, if set (MPIR_CVAR_CH4_NETMOD: ucx, ofi)
+    ends_at: float | None = None  # when the job's walltime ends (seconds since 1970), if the scheduler says
 
     def describe(self) -> str:
         tasks = f", {self.launched_tasks} tasks" if self.launched_tasks else ""
@@ -204,6 +206,7 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
         gpu_ids=_gpu_ids(environ, scheduler) if scheduler else None,
         memory=memory_mb * 2**20 if memory_mb else None,
         restart=_restart(environ, scheduler) if scheduler else None,
+        ends_at=_positive_int(_first(environ, scheduler.end_time)) if scheduler else None,
         mpi_type=environ.get("SLURM_MPI_TYPE") or None,
         netmod=environ.get("MPIR_CVAR_CH4_NETMOD") or None,
     )

@@ -19,7 +19,7 @@ import pytest
 from mpiray.events import read_events
 from mpiray.joblogs.parse import last_run
 
-from slurm.fixture import slurm_testbed  # noqa: F401  (session fixture for tests marked slurm)
+from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of the tests marked slurm)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -193,6 +193,15 @@ def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
         time.sleep(0.5)
     alive = alive_pids(pids)
     assert not alive, "processes of the run still alive:\n" + "\n".join(alive)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_registry(tmp_path_factory):
+    """Every job the tests start publishes its cluster here, never in the user's ~/.mpiray (the processes
+    the tests start inherit the variable)."""
+    root = tmp_path_factory.mktemp("registry")
+    os.environ["MPIRAY_REGISTRY"] = str(root)
+    yield root
 
 
 @pytest.fixture(autouse=True)

@@ -217,3 +217,14 @@ def test_every_port_of_the_head_is_its_own_and_in_the_block(full_agent, ray_clie
     assert len(set(single)) == len(single) and not set(single) & set(workers)
     block = range(PORTS.node_manager - 1, PORTS.max_worker + 1)
     assert all(port in block for port in single + list(workers))
+
+
+def test_a_gcs_that_refuses_the_token_ends_the_watch_at_once():
+    # What Ray's GCS client raises when the token is not the cluster's (seen with Ray 2.60).
+    class AuthenticationError(Exception):
+        pass
+
+    assert ray_node.refused(AuthenticationError("RPC error: InvalidAuthToken: Authentication token is missing"))
+    assert ray_node.refused(RuntimeError("Failed to get cluster ID from GCS server: Unauthenticated: ..."))
+    assert not ray_node.refused(ConnectionRefusedError(111, "Connection refused"))  # not up yet: ask again
+    assert not ray_node.refused(TimeoutError("timed out"))

@@ -86,3 +86,24 @@ def test_rewording_every_message_changes_no_report_and_no_test_helper(tmp_path):
     assert reworded.event(0, "cluster_ready")["nodes"] == 2
     assert_nothing_left(reworded)
     assert_nothing_left(plain)
+
+
+def test_a_log_opened_before_mpi_init_moves_when_the_rank_learns_it_writes_elsewhere(tmp_path):
+    # A job that joins another's cluster knows its own job id before MPI_Init, the cluster's log dir after.
+    log = RankLog(1, "n2")
+    log.open(tmp_path / "own", provisional=True)
+    log.event("launched", launcher="srun", task=1, scheduler="slurm", mpi_type="pmi2", netmod="ofi")
+    log.event("waiting_for_session")
+    log.open(tmp_path / "cluster", prefix="join-77-")
+    log.event("exit", code=0)
+    log.close()
+    assert not (tmp_path / "own").exists()  # the dir made for it went too
+    moved = read_events(tmp_path / "cluster" / "join-77-rank-0001.jsonl")
+    assert [r["event"] for r in moved] == ["launched", "waiting_for_session", "exit"]
+    same = RankLog(0, "n1")  # the common case: the same dir, nothing moves
+    same.open(tmp_path / "job", provisional=True)
+    same.event("waiting_for_session")
+    same.open(tmp_path / "job")
+    same.event("exit", code=0)
+    same.close()
+    assert [r["event"] for r in read_events(tmp_path / "job" / "rank-0000.jsonl")] == ["waiting_for_session", "exit"]

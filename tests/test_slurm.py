@@ -9,9 +9,7 @@ shows them; they are also in the JUnit properties).
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
 import shlex
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from mpiray.events import read_events
 
 from conftest import driver_report, rank_events
 from slurm import testbed
+from slurm.fixture import Jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -35,68 +34,9 @@ PROBE = ROOT / "tests" / "drivers" / "probe.py"
 
 # Under load (2 cores, other tests running) a 3-node cluster takes 15-30 s to come up.
 JOB_TIMEOUT_S = 300
-# Slurm's SIGKILL comes KillWait (10 s) after a cancel; then the nodes need a moment.
-GONE_TIMEOUT_S = testbed.KILL_WAIT_S + 50
 
 
 # ---- helpers ------------------------------------------------------------------------------
-
-
-class Jobs:
-    """The jobs of one test: all named `name`, their ids as they become known."""
-
-    def __init__(self, bed: testbed.Testbed):
-        self.bed = bed
-        self.name = f"mpiray-test-{secrets.token_hex(3)}"
-        self.ids: list[str] = []
-
-    def env(self, submit_dir: Path, driver: list[str], **extra: str) -> dict[str, str]:
-        """Environment of sbatch for the scripts in jobs/: this checkout, its venv, the driver."""
-        return self.bed.env({
-            **os.environ,
-            "MPIRAY_DIR": str(ROOT),
-            "ENV_SETUP": f"source {shlex.quote(str(Path(PYTHON).parent / 'activate'))}",
-            "MPIRAY_DRIVER": shlex.join(driver),
-            **extra,
-        })
-
-    def submit(self, script: Path, submit_dir: Path, env: dict[str, str], *options: str) -> str:
-        """sbatch the script from submit_dir on the testbed's partition; returns the job id."""
-        result = self.bed.run(
-            ["sbatch", "--parsable", f"--job-name={self.name}", f"--partition={self.bed.partition}",
-             *options, str(script)],
-            env=env, cwd=submit_dir, timeout=60)
-        assert result.returncode == 0, result.stderr
-        job_id = result.stdout.strip().split(";")[0]
-        self.ids.append(job_id)
-        return job_id
-
-    def wait_until_gone(self, job_id: str, timeout: float = GONE_TIMEOUT_S) -> None:
-        """Fail unless every process of the job (slurmstepd, ranks, Ray, driver) has ended."""
-        deadline = time.monotonic() + timeout
-        while (left := testbed.job_processes(self.bed, job_id)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not left, f"processes of job {job_id} still running:\n" + "\n".join(
-            f"  {pid} {command[:150]}" for pid, command in sorted(left.items()))
-
-    def ended_ids(self) -> list[str]:
-        """Ids of the ended jobs with this name (srun's too), from the job completion log."""
-        result = self.bed.run(["sacct", "--completion", "--noheader", "--parsable2",
-                               "--format=JobID,JobName"], timeout=60, check=True)
-        return [line.split("|")[0] for line in result.stdout.splitlines()
-                if line.endswith(f"|{self.name}")]
-
-    def cancel_all(self) -> None:
-        self.bed.run(["scancel", f"--name={self.name}"], timeout=60)
-        for job_id in dict.fromkeys(self.ids + self.ended_ids()):
-            self.wait_until_gone(job_id)
-
-
-@pytest.fixture
-def jobs(slurm_testbed):
-    tracked = Jobs(slurm_testbed)
-    yield tracked
-    tracked.cancel_all()
 
 
 def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
@@ -187,7 +127,8 @@ def test_job_script_is_valid_bash_without_sleeps_or_redis(script):
 def test_the_batch_scripts_are_all_there():
     names = {script.name for script in SCRIPTS}
     assert {"slurm_single_node.sh", "slurm_multi_node.sh", "slurm_hetjob.sh", "pbs_polaris.sh",
-            "alps_theta.sh"} <= names
+            "alps_theta.sh", "slurm_elastic.sh", "slurm_worker_template.sh", "pbs_elastic.sh",
+            "pbs_worker_template.sh"} <= names
 
 
 # ---- srun ---------------------------------------------------------------------------------

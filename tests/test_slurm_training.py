@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_slurm import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, jobs, rank_logs, report  # noqa: F401, F811 (jobs: a fixture)
+from test_slurm import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, report
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 

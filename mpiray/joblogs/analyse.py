@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
+from mpiray.joblogs import elastic
 from mpiray.joblogs.classify import classify
 from mpiray.joblogs.parse import EPOCH, Peer, RankFacts, describe, rank_facts
 
@@ -18,9 +19,12 @@ SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 
 
 def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
-            ray_logs: Callable[[int], str] | Mapping[int, str] | None = None) -> dict:
+            ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
+            joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
+            autoscaler: list[dict] | None = None) -> dict:
     """Every rank's events (rank -> (its human log's path, its records)) -> the job's report: plain data,
-    as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it).
+    as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it);
+    joins: the jobs that joined this cluster, job id -> their ranks' events; autoscaler: its events.
 
     Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
     when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
@@ -40,6 +44,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     peers = head.peers if head else {}
     known = [f for f in facts.values() if f.first is not None]
     t0 = min((f.first for f in known), default=None)
+    joins, autoscaler = joins or {}, autoscaler or []
 
     def rel(time: float | None) -> float | None:
         return None if time is None or t0 is None else round(time - t0, 3)
@@ -90,6 +95,11 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
                               for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
         "causes": causes,
         "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
+        "joined_jobs": elastic.joined_jobs(joins, rel),
+        "autoscaler": elastic.decisions(autoscaler, rel),
+        "nodes_over_time": elastic.nodes_over_time(
+            [records for _, records in logs.values()] + [records for job in joins.values() for _, records in job.values()],
+            rel) if joins or autoscaler else [],
     }
 
 

@@ -11,6 +11,8 @@ from mpiray.joblogs.analyse import analyse
 from mpiray.joblogs.parse import EPOCH
 
 RANK_EVENTS = re.compile(r"^rank-(\d+)\.jsonl$")
+JOIN_EVENTS = re.compile(r"^join-(.+)-rank-(\d+)\.jsonl$")  # a job that joined this cluster (--join)
+AUTOSCALER_EVENTS = "autoscaler-rank-0000.jsonl"
 TAIL_BYTES = 256 * 1024  # of each Ray log the classifier reads: the end is where a failure shows
 RAY_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 
@@ -79,8 +81,14 @@ def ray_logs(job_dir: Path, rank: int) -> str:
 
 def read_job(job_dir: Path) -> dict:
     logs = {rank: (str(path.with_suffix(".log")), read_events(path)) for rank, path in _rank_events(job_dir).items()}
+    joins: dict[str, dict[int, tuple[str, list[dict]]]] = {}
+    for path in _files(job_dir):
+        if match := JOIN_EVENTS.match(path.name):
+            joins.setdefault(match.group(1), {})[int(match.group(2))] = (str(path.with_suffix(".log")),
+                                                                         read_events(path))
+    autoscaler = read_events(job_dir / AUTOSCALER_EVENTS) if (job_dir / AUTOSCALER_EVENTS).exists() else []
     # The dir's own mtime moves when a guard keeps a killed rank's Ray logs there (ray-rank-NNNN).
     changed = max([job_dir.stat().st_mtime] + [p.stat().st_mtime for p in _files(job_dir)])
     local = datetime.fromtimestamp(changed)  # the events' times are read as local time, as the human log shows
     return analyse(job_dir.name, str(job_dir), logs, (local - EPOCH).total_seconds(),
-                   lambda rank: ray_logs(job_dir, rank))
+                   lambda rank: ray_logs(job_dir, rank), joins, autoscaler)

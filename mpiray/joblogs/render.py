@@ -107,9 +107,35 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
                    f"{_short(first['message'], 160)}")
     for lost in report["lost_nodes"][:10]:
         out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
+    out += _elastic(report)
     out += _causes(report["causes"])
     out += _manifests(report["manifests"], manifest_limit)
     return "\n".join(out)
+
+
+def _elastic(report: dict, decisions_limit: int = 40) -> list[str]:
+    """The jobs that joined the cluster, the autoscaler's decisions, and its nodes over time."""
+    out = []
+    for job in report["joined_jobs"]:
+        code = "-" if job["exit_code"] is None else job["exit_code"]
+        out += ["", f"joined job {job['job_id']} ({len(job['ranks'])} rank{'s' * (len(job['ranks']) != 1)}, exit {code}):"]
+        for r in job["ranks"]:
+            out.append(f"  rank {r['rank']}  {r['host'] or '?'}  {r['ip'] or '-'}  {r['resources_text'] or '-'}  "
+                       f"joined {_seconds(r['joined_s'])} s, left {_seconds(r['left_s'])} s"
+                       + (f"  error: {_short(r['error'], 120)}" if r["error"] else ""))
+    decisions = report["autoscaler"]
+    if decisions:
+        out += ["", f"autoscaler ({len(decisions)} decisions):"]
+        for d in decisions[:decisions_limit]:
+            out.append(f"  {_seconds(d['s']):>8}  {d['event']:<16} {_short(d['text'], 140)}")
+        if len(decisions) > decisions_limit:
+            out.append(f"  ... and {len(decisions) - decisions_limit} more (see --json)")
+    series = report["nodes_over_time"]
+    if series:
+        peak = max(series, key=lambda step: step[1])
+        out.append(f"Ray nodes over time: {series[0][1]} at {_seconds(series[0][0])} s, at most {peak[1]} "
+                   f"(from {_seconds(peak[0])} s), {series[-1][1]} at the end ({_seconds(series[-1][0])} s)")
+    return out
 
 
 def _causes(causes: list[dict]) -> list[str]:

@@ -31,17 +31,20 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     except ImportError as error:
         raise NoMatplotlib(f"--png needs matplotlib ({error}): pip install matplotlib") from None
 
-    ranks = report["cluster"]
+    ranks = report["cluster"] + joined_rows(report, len(report["cluster"]))
     count = max(len(ranks), 1)
     many = count > 60
     row = 0.3 if not many else max(0.02, 16.0 / count)  # inches per rank; large jobs fit in ~16 in
-    labels = {e["rank"]: f"rank {e['rank']}" + (f" ({e['host']})" if e["host"] and not many else "") for e in ranks}
-    top, bottom = 1.0, 1.0  # inches: title and phase names; axis label and legend
-    width, height = 12.0, top + bottom + max(row * count, 1.2)
+    labels = {e["rank"]: e.get("label", f"rank {e['rank']}") + (f" ({e['host']})" if e["host"] and not many else "")
+              for e in ranks}
+    series = report.get("nodes_over_time") or []
+    top, bottom, panel = 1.0, 1.0, 1.6 if series else 0.0  # inches: title and phase names; axis label and legend
+    width, height = 12.0, top + bottom + panel + max(row * count, 1.2)
     left = (0.3 + 0.065 * max(map(len, labels.values()), default=6)) / width
     fig = Figure(figsize=(width, height), dpi=100)
-    fig.subplots_adjust(left=left, right=0.98, top=1 - top / height, bottom=bottom / height)
-    ax = fig.add_subplot()
+    fig.subplots_adjust(left=left, right=0.98, top=1 - top / height, bottom=bottom / height, hspace=0.35)
+    grid = fig.add_gridspec(2 if series else 1, 1, height_ratios=[max(row * count, 1.2), panel] if series else [1])
+    ax = fig.add_subplot(grid[0])
     times = [s[2] for e in ranks for s in e["segments"]] + [p["s"] for p in report["phases"] if p["s"] is not None]
     end = max(times + [1.0])
     used = set()
@@ -75,9 +78,11 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     ax.set_yticks(ticks)
     ax.set_yticklabels([labels[r] for r in ticks], fontsize=6 if many else 8)
     ax.set_xlim(0, end * 1.08)
-    ax.set_xlabel(f"seconds after the job's first event ({report['started'] or 'none'})", fontsize=9)
     ax.grid(axis="x", color="#e6e6e6")
     ax.set_axisbelow(True)
+    if series:
+        ax = _nodes_panel(fig.add_subplot(grid[1], sharex=ax), series, report.get("autoscaler", []), end)
+    ax.set_xlabel(f"seconds after the job's first event ({report['started'] or 'none'})", fontsize=9)
     code = report["exit_code"]
     hosts = len(report["hosts"])
     fig.suptitle(
@@ -97,3 +102,34 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
                frameon=False, fontsize=9)
     fig.savefig(path)
     return round(width * 100), round(height * 100)
+
+
+def joined_rows(report: dict, first: int) -> list[dict]:
+    """The ranks of the jobs that joined the cluster, as more rows of the chart."""
+    rows = []
+    for job in report.get("joined_jobs", []):
+        for r in job["ranks"]:
+            rows.append({"rank": first + len(rows), "label": f"job {job['job_id']} rank {r['rank']}", "host": r["host"],
+                         "status": "failed" if r["error"] else "ok", "segments": r["segments"],
+                         "logged_until_s": None, "error_s": None, "job_error_s": None, "has_log": True,
+                         "exit_code": r["exit_code"]})
+    return rows
+
+
+def _nodes_panel(ax, series: list, decisions: list, end: float):
+    """The cluster's Ray nodes over time (a step line), with the autoscaler's submits and cancels."""
+    times = [s for s, _ in series] + [end]
+    counts = [n for _, n in series]
+    ax.step(times, counts + counts[-1:], where="post", color=COLOURS["alive"], linewidth=2)
+    top = max(counts + [1])
+    for name, marker, colour in (("job_submitted", "^", "#1f4e9e"), ("job_cancelled", "v", "#9467bd")):
+        when = [d["s"] for d in decisions if d["event"] == name]
+        if when:
+            ax.plot(when, [top + 0.4] * len(when), marker=marker, linestyle="none", color=colour,
+                    label=name.replace("_", " "))
+    ax.set_ylim(0, top + 1)
+    ax.set_ylabel("Ray nodes", fontsize=9)
+    ax.grid(color="#e6e6e6")
+    if decisions:
+        ax.legend(loc="upper right", fontsize=8, frameon=False)
+    return ax

@@ -1,0 +1,35 @@
+#!/bin/bash
+# An elastic Ray cluster on PBS Pro: this job is the head; Ray's autoscaler adds worker jobs (qsub, one
+# Ray node each, from jobs/pbs_worker_template.sh) while its demand needs more, and cancels (qdel) them
+# after COOLDOWN idle seconds. Some PBS sites allow qsub only from login nodes: there, this cannot work
+# (the head runs on a compute node), and `mpiray logs` says why (the worker jobs' submits fail).
+#
+#   cd /where/logs/should/go && qsub /path/to/jobs/pbs_elastic.sh
+#
+#PBS -N ray-elastic
+#PBS -A myproject
+#PBS -q workq
+#PBS -l select=1:ncpus=64
+#PBS -l walltime=04:00:00
+#PBS -j oe
+
+MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
+ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
+export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 5000000"}
+MIN_NODES=${MIN_NODES:-1}
+MAX_NODES=${MAX_NODES:-8}
+COOLDOWN=${COOLDOWN:-300}
+WORKER_CPUS=${WORKER_CPUS:-64}
+WORKER_TEMPLATE=${WORKER_TEMPLATE:-$MPIRAY_DIR/jobs/pbs_worker_template.sh}
+export MPIRAY_TIME_LIMIT=${MPIRAY_TIME_LIMIT:-14100}  # PBS sends no notice before the walltime
+
+set -uo pipefail
+eval "$ENV_SETUP"
+cd "$PBS_O_WORKDIR" || exit 1
+job_id=${PBS_JOBID%%.*}
+code=0
+mpiexec -n 1 --ppn 1 python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" \
+    --autoscale "$MIN_NODES:$MAX_NODES" --cooldown "$COOLDOWN" \
+    --worker-cpus "$WORKER_CPUS" --worker-job "$WORKER_TEMPLATE" || code=$?
+echo "job $job_id: exit code $code; logs in $PBS_O_WORKDIR/logs/$job_id/"
+exit "$code"
