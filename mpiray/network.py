@@ -145,7 +145,14 @@ def candidate_bases(job_id: str, ranks_on_host: int, port_range=PORT_RANGE) -> l
 
 
 def port_is_free(port: int) -> bool:
+    """Whether Ray could listen on the port: nothing listens there now.
+
+    Ray's servers (gRPC, aiohttp, the metrics exporter) all set SO_REUSEADDR, so connections a
+    previous job left in TIME_WAIT do not stop them; the probe sets it too, or every block a job used
+    in the last minute would look taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError as error:

@@ -148,6 +148,29 @@ def test_a_killed_holder_leaves_no_stale_lock():
 
 # --- why a candidate is skipped, and what the caller is told --------------------------------------
 
+def test_a_port_a_finished_job_left_in_time_wait_is_free_for_the_next_job():
+    # The server side of a closed connection keeps its port in TIME_WAIT for a minute; Ray's servers
+    # bind with SO_REUSEADDR, so the next job on the host can use the block (seen: a test right after
+    # a Ray job found its block "in use").
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's servers do
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        server, _ = listener.accept()
+        server.close()  # the side that closes first keeps the port in TIME_WAIT
+        client.close()
+    assert f":{port} " in subprocess.run(["ss", "-tanH", "state", "time-wait"], capture_output=True,
+                                         text=True, timeout=10).stdout + " "
+    assert network.port_is_free(port)
+    with socket.socket() as listener:  # while something listens there, it is not
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("", port))
+        listener.listen()
+        assert not network.port_is_free(port)
+
+
 def test_a_block_with_a_port_in_use_is_skipped_and_noted():
     prefix = unique_prefix()
     first = network.candidate_bases("job-1", 1)[0]

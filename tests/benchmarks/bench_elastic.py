@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from mpiray import batch  # noqa: E402
 from mpiray.events import read_events  # noqa: E402
+from mpiray.ranknode import AUTOSCALER_UPDATE_S  # noqa: E402
 from mpiray.registry import Registry  # noqa: E402
 
 from slurm import testbed  # noqa: E402
@@ -135,7 +136,8 @@ def main() -> int:
     text = "\n".join([
         "# Elastic cluster benchmark", "",
         f"{report['date']} on the 3-host Slurm testbed (2 CPUs in all), median of {args.repeats} interleaved "
-        f"repeats; each worker job is one Ray node of 1 CPU; Ray's autoscaler updates every 5 s.", "", *rows, "",
+        f"repeats; each worker job is one Ray node of 1 CPU; Ray's autoscaler updates every "
+        f"{AUTOSCALER_UPDATE_S} s (mpiray's setting; Ray's default is 5 s).", "", *rows, "",
         "Every run: " + "; ".join(f"by hand {h['sbatch_to_node_alive_s']} s, autoscaled "
                                   f"{a['demand_to_node_alive_s']} s" for h, a in zip(hand, auto)), ""])
     print(text)
