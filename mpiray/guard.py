@@ -89,7 +89,8 @@ def keep_ray_logs(ray_dir: Path, target: Path) -> Path | None:
     while destination.exists() or destination.is_symlink():
         number += 1
         destination = target.with_name(f"{target.name}.{number}")
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    if not destination.parent.is_dir():  # not recreated: a joined job outlives the cluster's log dir
+        raise FileNotFoundError(f"the log directory {destination.parent} is gone (removed while the job ran?)")
     shutil.move(str(logs), str(destination))
     return destination
 

@@ -57,6 +57,7 @@ def short_tmp():
 
 def start_rank(tmp_path, temp_root, group="real"):
     kept = tmp_path / "logs" / "ray-rank-0000"
+    kept.parent.mkdir()  # the job dir, where the rank's own log already is
     rank = subprocess.Popen([sys.executable, "-c", RANK, str(temp_root), str(kept), str(group)], cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pids = json.loads(rank.stdout.readline())
@@ -129,6 +130,7 @@ def test_the_guard_never_kills_a_recycled_group_id(tmp_path, short_tmp):
 
 def test_kept_logs_never_overwrite_an_earlier_runs(tmp_path):
     target = tmp_path / "job" / "ray-rank-0000"
+    (tmp_path / "job").mkdir()
     for run in (1, 2, 3):
         logs = tmp_path / f"run{run}" / "session_2026-11-23_10-00-00_000000_1" / "logs"
         logs.mkdir(parents=True)
@@ -138,6 +140,15 @@ def test_kept_logs_never_overwrite_an_earlier_runs(tmp_path):
     assert (target / "gcs_server.out").read_text() == "run 1"
     assert (target.with_name("ray-rank-0000.3") / "gcs_server.out").read_text() == "run 3"
     assert guard.keep_ray_logs(tmp_path / "nothing-here", target) is None
+
+
+def test_kept_logs_do_not_recreate_a_log_dir_that_was_removed(tmp_path):
+    # A joined worker job can end after the cluster's job dir was cleaned up: it must not come back.
+    logs = tmp_path / "run" / "session_2026-11-23_10-00-00_000000_1" / "logs"
+    logs.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="is gone"):
+        guard.keep_ray_logs(tmp_path / "run", tmp_path / "removed-job" / "join-75-ray-rank-0000")
+    assert not (tmp_path / "removed-job").exists()
 
 
 def test_group_members_and_start_times_come_from_proc():

@@ -105,6 +105,15 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
     return {"sbatch_to_node_alive_s": round(alive - submitted, 2), "exit": head.returncode}
 
 
+def wait_for_an_empty_queue(bed, timeout: float = 180) -> None:
+    """Each repeat starts alone, and the scratch dir goes only once no worker job can write to it."""
+    deadline = time.monotonic() + timeout
+    while bed.run(["squeue", "-h", "-o", "%i"], timeout=30).stdout.strip():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker jobs still queued or running after {timeout} s")
+        time.sleep(1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -118,7 +127,9 @@ def main() -> int:
         registry = scratch / "registry"
         for repeat in range(args.repeats):
             hand.append(by_hand(bed, scratch, registry))
+            wait_for_an_empty_queue(bed)
             auto.append(autoscaled(bed, scratch, registry))
+            wait_for_an_empty_queue(bed)
             print(f"repeat {repeat + 1}: by hand {hand[-1]}, autoscaled {auto[-1]}", flush=True)
     reference = statistics.median(r["sbatch_to_node_alive_s"] for r in hand)
     demand = statistics.median(r["demand_to_node_alive_s"] for r in auto)
