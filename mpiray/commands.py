@@ -148,13 +148,18 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
 
 def node_env(
     environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
-    dashboard_metrics_port: int | None = None,
+    dashboard_metrics_port: int | None = None, private_tmp: str | None = None,
 ) -> dict[str, str]:
     """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched).
 
     dashboard_metrics_port: the head's head_ports(spec).dashboard_metrics (Ray reads it from the environment).
+    private_tmp: the rank's private dir, as RAY_TMPDIR (unless the user set one): Ray Tune and Train take
+    their file locks in RAY_TMPDIR/_ray_lockfiles, else in /tmp/_ray_lockfiles, where another user can
+    make the directory first (every lock then fails) or hold a lock (a checkpoint waits forever).
     """
     env = dict(environ)
+    if private_tmp:
+        env.setdefault("RAY_TMPDIR", private_tmp)
     if dashboard_metrics_port:
         env["DASHBOARD_METRIC_PORT"] = str(dashboard_metrics_port)
     env["RAY_USAGE_STATS_ENABLED"] = "0"

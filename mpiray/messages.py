@@ -78,6 +78,7 @@ class Cluster:
     log_dir: Path  # this job's logs: LOG_DIR/JOB_ID
     token_path: str | None
     stop_grace: float
+    private_dir: str | None = None  # rank 0's: the driver's RAY_TMPDIR
 
     @property
     def total_cpus(self) -> int:
@@ -91,7 +92,7 @@ class Cluster:
         """environ plus what a driver needs to find and use the cluster: RAY_ADDRESS, the token, MPIRAY_*."""
         from mpiray.commands import node_env
 
-        env = node_env(dict(environ), None, self.token_path)
+        env = node_env(dict(environ), None, self.token_path, private_tmp=self.private_dir)
         env.update(
             RAY_ADDRESS=self.session.gcs_address,
             MPIRAY_JOB_ID=self.session.job_id,

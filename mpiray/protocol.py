@@ -113,7 +113,8 @@ class Head:
         check_versions(reports)
         nodes = tuple(r for r in reports if r.node_id)
         cluster = Cluster(me.session, nodes, me.session.job_dir(config.log_dir),
-                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace)
+                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace,
+                          str(me.node.private.path) if me.node else None)
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)

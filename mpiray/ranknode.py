@@ -72,6 +72,7 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
     env = commands.node_env(
         dict(os.environ), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None,
         dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
+        private_tmp=str(me.node.private.path),
     )
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.

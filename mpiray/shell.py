@@ -96,7 +96,7 @@ def attach(job_id: str, command: list[str], registry: Registry) -> int:
             fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(token)
-        env = node_env(dict(os.environ), None, str(token_path) if token_path else None)
+        env = node_env(dict(os.environ), None, str(token_path) if token_path else None, private_tmp=str(private))
         env.update(RAY_ADDRESS=entry.gcs_address, MPIRAY_JOB_ID=entry.job_id, MPIRAY_HEAD_IP=entry.head_ip,
                    MPIRAY_LOG_DIR=str(Path(entry.log_dir).parent))
         print(f"mpiray attach: {' '.join(command)} on cluster {job_id} ({entry.gcs_address})", file=sys.stderr)

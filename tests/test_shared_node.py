@@ -111,6 +111,48 @@ def test_every_ray_node_keeps_its_files_in_its_ranks_private_dir(tmp_path):
     assert_nothing_left(run)
 
 
+HOLD_RAYS_LOCK = """
+import hashlib, fcntl, os, sys, time
+from pathlib import Path
+locks = Path(sys.argv[1]) / "_ray_lockfiles"  # where Ray Tune and Train put their locks without RAY_TMPDIR
+locks.mkdir(mode=0o777)
+os.chmod(locks, 0o777)
+name = hashlib.sha256(str(Path(sys.argv[2]).resolve()).encode()).hexdigest() + ".lock"
+fd = os.open(locks / name, os.O_RDWR | os.O_CREAT, 0o666)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("HELD", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow
+@as_another_user
+def test_a_neighbour_holding_rays_file_locks_in_tmp_stalls_no_checkpoint(tmp_path, short_tmp):
+    # Ray Tune and Train lock a checkpoint's local copy in $RAY_TMPDIR/_ray_lockfiles, else in
+    # $TMPDIR's or /tmp's, where another user can hold the lock (a checkpoint then waits forever) or make
+    # the directory first. mpiray points RAY_TMPDIR at each rank's private dir, for nodes and driver.
+    shared_tmp = short_tmp  # a /tmp of its own: world-writable and sticky
+    shared_tmp.chmod(0o1777)
+    target = f"/tmp/mpiray-checkpoint-{os.getpid()}"
+    neighbour = subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+         HOLD_RAYS_LOCK, str(shared_tmp), target], stdout=subprocess.PIPE, text=True)
+    try:
+        assert neighbour.stdout.readline().strip() == "HELD"
+        run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/tune_locks.py"), target],
+                     env={"TMPDIR": str(shared_tmp)}, tag="locks")
+    finally:
+        neighbour.kill()
+        neighbour.wait(timeout=10)
+    assert run.returncode == 0, run.stderr[-3000:]
+    locks = line(run.stdout, "LOCKS")
+    assert len(locks) == 3, locks  # the driver and a task on each of the 2 nodes
+    private = private_dirs(run.job_dir)
+    for place, lock_dir in locks.items():
+        assert any(lock_dir == f"{own}/_ray_lockfiles" for own in private), (place, lock_dir, private)
+    assert_nothing_left(run)
+
+
 @pytest.mark.slow
 def test_a_reused_job_id_keeps_every_runs_logs_and_succeeds(tmp_path):
     job_id = new_job_id("again")

@@ -61,7 +61,10 @@ def private_local_ray(environ: MutableMapping[str, str]) -> Iterator[Path]:
     """A local Ray as safe as the launcher's: token auth with a fresh token, a temp dir only this
     user can enter (not the shared /tmp/ray), nothing written to ~/.ray. Yields Ray's temp dir."""
     private = PrivateDir.create(Path(environ.get("TMPDIR") or tempfile.gettempdir()), f"train{os.getpid()}")
+    tmpdir_before = environ.get("RAY_TMPDIR")
     try:
+        # Tune's checkpoint locks go to RAY_TMPDIR/_ray_lockfiles, not /tmp's (docs/security.md)
+        environ.setdefault("RAY_TMPDIR", str(private.path))
         environ["RAY_AUTH_MODE"] = "token"
         environ["RAY_AUTH_TOKEN_PATH"] = str(private.write_token(secrets.token_hex(32)))
         environ.pop("RAY_AUTH_TOKEN", None)  # the file is the only source
@@ -69,6 +72,8 @@ def private_local_ray(environ: MutableMapping[str, str]) -> Iterator[Path]:
             raycompat.reload_auth_settings()
         yield private.ray_dir
     finally:
+        if tmpdir_before is None:
+            environ.pop("RAY_TMPDIR", None)
         private.remove()
 
 
