@@ -245,6 +245,53 @@ def test_a_cancelled_worker_job_is_replaced_while_the_work_goes_on(slurm_testbed
     wait_until_no_worker_job(bed, cluster, 60)
 
 
+def test_a_worker_job_at_the_end_of_its_walltime_drains_leaves_and_is_replaced_while_demand_remains(
+        slurm_testbed, jobs, tmp_path, private_registry):
+    bed = slurm_testbed
+    template = tmp_path / "worker.sh"
+    # A 2-minute walltime: Slurm sends the worker job's SIGTERM (--signal=TERM@60) 30-60 s after it starts.
+    template.write_text(f"#SBATCH --partition={bed.partition}\n#SBATCH --time=2\n")
+    marker = tmp_path / "enough"
+    argv = srun(bed, jobs, tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "60",
+                "--worker-job", str(template), "--", PYTHON, str(DRIVER), "busy", str(marker))
+    head = start(bed, argv, tmp_path / "head.out")
+    try:
+        cluster = wait_for_cluster(Registry(private_registry))
+        jobs.ids.append(cluster)
+        job_dir = tmp_path / "logs" / cluster
+        deadline = time.monotonic() + 120 + JOB_TIMEOUT_S  # the walltime, then a replacement's start
+        ended = replaced = None
+        while replaced is None and time.monotonic() < deadline and head.poll() is None:
+            events = autoscaler_events(job_dir)
+            order = [fields.get("job") for name, fields in events if name == "job_submitted"]
+            ended = ended or next((f["job"] for name, f in events if name == "worker_job_ended"), None)
+            if ended:
+                replaced = next((f["job"] for name, f in events if name == "node_joined"
+                                 and order.index(f["job"]) >= 2), None)  # a third worker job's node joined
+            time.sleep(0.5)
+        assert replaced, f"no worker job ended and was replaced: {autoscaler_events(job_dir)}"
+        marker.touch()
+        assert finish(head, JOB_TIMEOUT_S * 2) == 0, (tmp_path / "head.out").read_text()[-3000:]
+    finally:
+        marker.touch()
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGKILL)
+    done = driver_report((tmp_path / "head.out").read_text(), "ELASTIC")
+    assert done["stopped_by_marker"] and done["done"] > 6  # every task finished, retried where its node went
+    # The ended worker job left on its walltime's warning, before Slurm's limit: it drained and stopped its node.
+    ended_job = bed.wait_for_job(ended, timeout=60)
+    assert ended_job.state != "TIMEOUT", ended_job
+    (join_log,) = job_dir.glob(f"join-{ended}-rank-0000.jsonl")
+    records = read_events(join_log)
+    (warned,) = [r["time"] for r in records if r["event"] == "stop_signal" and r["fields"]["signum"] == signal.SIGTERM]
+    assert records[-1]["event"] == "exit"
+    at = {(r["event"], r["fields"].get("job")): r["time"] for r in read_events(job_dir / "autoscaler-rank-0000.jsonl")}
+    print(f"\n{ended}: walltime_warning_after_start {warned - at['job_started', ended]:.1f} s, warning_to_job_gone "
+          f"{at['worker_job_ended', ended] - warned:.1f} s, job_gone_to_replacement_joined "
+          f"{at['node_joined', replaced] - at['worker_job_ended', ended]:.1f} s")
+    wait_until_no_worker_job(bed, cluster, 60)
+
+
 @pytest.mark.parametrize("how", ["scancel", "sigkill"])
 def test_the_worker_jobs_end_within_a_minute_when_the_head_job_does(slurm_testbed, jobs, tmp_path, private_registry,
                                                                      how):

@@ -6,6 +6,7 @@
     count                 the cluster's alive nodes (what `mpiray attach` drivers print)
     tune STORAGE LINGER   a Tune run of 6 one-CPU trials, then LINGER idle seconds (the cooldown ends nodes)
     tasks                 8 one-CPU tasks of 20 s, retried if their node goes
+    busy MARKER           keep 6 one-CPU tasks of 5 s in flight (retried if their node goes) until MARKER exists
 """
 
 import json
@@ -100,3 +101,18 @@ elif mode == "tasks":
     say(submitted=8)
     total = sum(ray.get(refs, timeout=600))
     say(total=total, seconds=round(time.monotonic() - started, 1))
+elif mode == "busy":
+    # Demand that lasts: 6 one-CPU tasks in flight (more than the head's 2 CPUs) until the test says stop.
+    @ray.remote(num_cpus=1, max_retries=5)
+    def step() -> int:
+        time.sleep(5)
+        return 1
+
+    marker, deadline = Path(sys.argv[2]), time.monotonic() + 600
+    running, done = [step.remote() for _ in range(6)], 0
+    while not marker.exists() and time.monotonic() < deadline:
+        finished, running = ray.wait(running, num_returns=1, timeout=1)
+        done += sum(ray.get(finished, timeout=60))
+        running += [step.remote() for _ in finished]
+    done += sum(ray.get(running, timeout=600))
+    say(done=done, stopped_by_marker=marker.exists())
