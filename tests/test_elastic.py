@@ -260,11 +260,11 @@ def test_a_worker_job_at_the_end_of_its_walltime_drains_leaves_and_is_replaced_w
         jobs.ids.append(cluster)
         job_dir = tmp_path / "logs" / cluster
         deadline = time.monotonic() + 120 + JOB_TIMEOUT_S  # the walltime, then a replacement's start
-        ended = replaced = None
+        replaced = None
         while replaced is None and time.monotonic() < deadline and head.poll() is None:
             events = autoscaler_events(job_dir)
             order = [fields.get("job") for name, fields in events if name == "job_submitted"]
-            ended = ended or next((f["job"] for name, f in events if name == "worker_job_ended"), None)
+            ended = next((f["job"] for name, f in events if name == "worker_job_ended"), None)
             if ended:
                 replaced = next((f["job"] for name, f in events if name == "node_joined"
                                  and order.index(f["job"]) >= 2), None)  # a third worker job's node joined
