@@ -1,8 +1,28 @@
-"""mpiray: a Ray cluster over MPI ranks. `start_ray.py` (the command line) or, in your own script, `mpiray.init()`."""
+"""mpiray: a Ray cluster over MPI ranks. The `mpiray` command (or `start_ray.py`), or, in your own script,
+`mpiray.init()`.
 
-__version__ = "0.1.0"
+`import mpiray` is cheap (no Ray, no MPI_Init, no launcher): the library's names below load its modules
+on first use, so that the helper processes that run an mpiray module by name (package.py) and a script
+that only imports mpiray pay nothing for them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from mpiray.errors import ConfigError, LaunchError
-from mpiray.library import ClusterInfo, cluster, init, shutdown
 
+__version__ = "0.1.0"
 __all__ = ["ClusterInfo", "ConfigError", "LaunchError", "cluster", "init", "shutdown"]
+_LIBRARY = ("ClusterInfo", "cluster", "init", "shutdown")
+
+if TYPE_CHECKING:
+    from mpiray.library import ClusterInfo, cluster, init, shutdown
+
+
+def __getattr__(name: str):
+    if name in _LIBRARY:
+        from mpiray import library
+
+        return getattr(library, name)
+    raise AttributeError(f"module 'mpiray' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The `start_ray.py` command line and the `mpiray` command: argv -> Config -> rank.run(config, driver).
+"""The `start_ray.py` command line and the `mpiray` command: argv -> Config -> rank.life.run(config, leader).
 
     mpirun -np N python start_ray.py [launcher options] [-- DRIVER COMMAND ...]
     srun python start_ray.py --join JOB_ID                 (this job's nodes join JOB_ID's cluster)
@@ -18,8 +18,13 @@ from pathlib import Path
 from typing import Sequence
 
 from mpiray.config import DEFAULT_DRIVER, Config
+from mpiray.elastic import attach, listing
 from mpiray.errors import ConfigError
+from mpiray.leaders.command import CommandLeader
+from mpiray.leaders.stay import StayLeader
+from mpiray.logs import report
 from mpiray.options import parse_args, say
+from mpiray.rank import life
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
@@ -29,25 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = list(argv[:1])
     if command == ["logs"]:  # `mpiray logs JOB`: read a job's rank logs (no MPI)
-        from mpiray import joblogs
-
-        return joblogs.main(argv[1:])
+        return report.main(argv[1:])
     if command in (["list"], ["attach"]):  # the user's running clusters, from a shell (no MPI)
-        from mpiray import shell
-
-        return (shell.list_main if command == ["list"] else shell.attach_main)(argv[1:])
+        return (listing.main if command == ["list"] else attach.main)(argv[1:])
     try:
         config = parse_args(argv)
         check_default_driver(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
         return error.exit_code
-    from mpiray import rank  # imports mpi4py, which initializes MPI: only once args are valid
-    from mpiray.driver import CommandLeader
-    from mpiray.join import StayLeader
-
     leader = StayLeader() if config.join and not config.driver else CommandLeader(config.driver)
-    return rank.run(config, leader)
+    return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
 
 
 def check_default_driver(config: Config) -> None:

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from mpiray import scheduler
+from mpiray.batch import environment
 from mpiray.config import DEFAULT_DRIVER, Config
+from mpiray.elastic.autoscale import parse_bounds
 from mpiray.errors import ConfigError
+from mpiray.raynode import commands, raycompat
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -143,8 +145,6 @@ def _resources(text: str) -> str:
 
 
 def _bounds(text: str) -> str:
-    from mpiray.autoscale import parse_bounds
-
     try:
         parse_bounds(text)
     except ValueError as error:
@@ -159,7 +159,7 @@ def _interface(text: str) -> str:
 
 
 def _job_id(text: str) -> str:
-    if scheduler.safe_job_id(text) != text:
+    if environment.safe_job_id(text) != text:
         raise argparse.ArgumentTypeError(
             f"not a job id: {text!r} (use up to 100 letters, digits and . _ + -, not '.' or '..'; "
             "it names a directory under --log-dir)"
@@ -215,7 +215,7 @@ def _close_matches(name: str, choices) -> list[str]:
 
 def _first_task(environ: Mapping[str, str]) -> bool:
     # Under mpirun every task parses the same argv: the first one alone explains, the others just exit.
-    return scheduler.detect(environ).task_rank in (None, 0)
+    return environment.detect(environ).task_rank in (None, 0)
 
 
 def say(environ: Mapping[str, str], kind: str, message: str) -> None:
@@ -366,8 +366,6 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
 
     with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
     """
-    from mpiray import commands, raycompat
-
     environ = os.environ if environ is None else environ
     argv = list(argv)
     launcher_argv, driver = argv, _env_driver(environ) or list(DEFAULT_DRIVER)

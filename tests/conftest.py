@@ -1,168 +1,20 @@
-"""Shared helpers: run the real launcher under the real mpirun and read what it left behind."""
+"""The fixtures every test gets: how fast this machine is now (pace), a private cluster registry, and the
+check that a test leaves no process behind; the Slurm testbed's, for the tests marked slurm. The
+helpers of the real runs are in helpers.py."""
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import re
-import secrets
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import pytest
 
-from mpiray.events import read_events
-from mpiray.joblogs.parse import last_run
+pytest.register_assert_rewrite("helpers")
 
-from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of the tests marked slurm)
-
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-PROBE = ROOT / "tests" / "drivers" / "probe.py"
-
-
-@dataclass
-class Launch:
-    returncode: int
-    stdout: str
-    stderr: str
-    job_dir: Path
-    seconds: float
-
-    def events(self, rank: int) -> list[dict]:
-        return rank_events(self.job_dir, rank)
-
-    def event(self, rank: int, name: str) -> dict | None:
-        """The fields of rank's last event called name (None: it logged none)."""
-        return last_event(self.job_dir, rank, name)
-
-    def names(self, rank: int) -> list[str]:
-        return [record["event"] for record in self.events(rank)]
-
-    def probe(self) -> dict:
-        return driver_report(self.stdout, "PROBE", self.stderr)
-
-    def stopped_pids(self) -> list[int]:
-        return logged_pids(self.job_dir)
-
-
-def rank_events(job_dir: Path, rank: int) -> list[dict]:
-    """rank's events, its last run only (a re-used job id appends); [] without a log."""
-    path = job_dir / f"rank-{rank:04d}.jsonl"
-    return last_run(read_events(path))[0] if path.exists() else []
-
-
-def last_event(job_dir: Path, rank: int, name: str) -> dict | None:
-    found = [record["fields"] for record in rank_events(job_dir, rank) if record["event"] == name]
-    return found[-1] if found else None
-
-
-def exit_codes(job_dir: Path, ranks: int) -> list[int | None]:
-    """Each rank's logged exit code (None: it logged none)."""
-    return [(last_event(job_dir, rank, "exit") or {}).get("code") for rank in range(ranks)]
-
-
-def rank_pid(job_dir: Path, rank: int) -> int:
-    return next(record["pid"] for record in rank_events(job_dir, rank) if record["event"] == "rank_started")
-
-
-def logged_pids(job_dir: Path) -> list[int]:
-    """Every PID a rank logged: its Ray node's processes at start-up and what it stopped."""
-    pids = []
-    for path in job_dir.glob("rank-*.jsonl"):
-        for record in read_events(path):
-            if record["event"] in ("node_pids", "processes_stopped"):
-                pids += record["fields"]["pids"]
-    return pids
-
-
-def causes(job_dir: Path) -> dict[str, list[int]]:
-    """What `mpiray logs` says the job failed of: cause -> the ranks it names."""
-    from mpiray.joblogs.files import read_job
-
-    return {found["cause"]: found["ranks"] for found in read_job(job_dir)["causes"]}
-
-
-def wait_for_event(job_dir: Path, rank: int, name: str, timeout: float = 120) -> dict:
-    """The fields of rank's event name, once it logged it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = last_event(job_dir, rank, name)
-        if found is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} of {job_dir} never logged {name}")
-
-
-def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
-    mpirun = [str(BIN / "mpirun"), "-np", str(ranks)] if ranks > 1 else []
-    driver = list(driver) or [sys.executable, str(PROBE)]
-    return [*mpirun, sys.executable, str(ROOT / "start_ray.py"), *args, "--", *driver]
-
-
-@functools.cache
-def mpirun_version() -> str:
-    """What BIN/mpirun says it is: 'mpirun (Open MPI) 5.0.11', or hydra's build details."""
-    result = subprocess.run([str(BIN / "mpirun"), "--version"], capture_output=True, text=True, timeout=30, check=False)
-    return result.stdout + result.stderr
-
-
-def mpirun_is_open_mpi() -> bool:
-    """Whether BIN/mpirun is Open MPI's (PRRTE) rather than MPICH's hydra: they treat signals differently."""
-    return "Open MPI" in mpirun_version()
-
-
-def hydra_loses_exit_codes_after_a_signal() -> bool:
-    """Hydra before MPICH 4.1 (e.g. Debian 12's 4.0.2) counts a rank that exits after a signal it
-    forwarded as exit code 0 whenever it reaps the rank before reading its exit status (its proxy's
-    forced_cleanup; removed by pmodels/mpich#5930): measured, mpiexec returned 0 in 6 of 15 runs."""
-    match = re.search(r"^\s*Version:\s+(\d+)\.(\d+)", mpirun_version(), re.MULTILINE)
-    return "HYDRA" in mpirun_version() and match is not None and (int(match[1]), int(match[2])) < (4, 1)
-
-
-def rank_pids(launcher_pid: int) -> list[int]:
-    """PIDs of the ranks (start_ray.py processes) below a running mpirun."""
-    script = str(ROOT / "start_ray.py")
-    return [p.pid for p in psutil.Process(launcher_pid).children(recursive=True) if script in p.cmdline()]
-
-
-def driver_report(output: str, tag: str, stderr: str = "") -> dict:
-    """The JSON a test driver printed after TAG on its last such line (probe.py: PROBE, ...)."""
-    lines = [line for line in output.splitlines() if line.startswith(tag + " ")]
-    assert lines, f"the driver printed no {tag} line:\n{output}\n{stderr}"
-    return json.loads(lines[-1][len(tag) + 1:])
-
-
-def new_job_id(tag: str) -> str:
-    return f"test-{tag}-{secrets.token_hex(3)}"
-
-
-def launch(tmp_path: Path, ranks: int, args=(), driver=(), timeout: float = 240, env=None, tag="run") -> Launch:
-    """Run the launcher to the end and return what it printed and where its logs are."""
-    job_id = new_job_id(tag)
-    log_dir = tmp_path / "logs"
-    argv = launcher_argv(ranks, ["--log-dir", str(log_dir), "--job-id", job_id, *args], driver)
-    started = time.monotonic()
-    result = subprocess.run(
-        argv, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
-    )
-    return Launch(result.returncode, result.stdout, result.stderr, log_dir / job_id, time.monotonic() - started)
-
-
-@dataclass(frozen=True)
-class Pace:
-    """How fast this machine is now, measured: deadlines of tests that need a phase to be fast come from it."""
-
-    head_start: float  # seconds from a rank's start (MPI up) to its head ALIVE, one rank alone
-
-    def deadline(self, phases: float = 1.0, floor: float = 8.0) -> float:
-        """A deadline for `phases` head starts, with room for a slow, loaded moment (4x, plus 4 s)."""
-        return max(floor, 4 * phases * self.head_start + 4)
+from helpers import Pace, launch, mapped_files, shm_segments  # noqa: E402
+from slurm.fixture import jobs, slurm_testbed  # noqa: E402, F401  (fixtures of the tests marked slurm)
 
 
 @pytest.fixture(scope="session")
@@ -171,28 +23,6 @@ def pace(tmp_path_factory) -> Pace:
     assert run.returncode == 0, run.stderr[-3000:]
     times = {record["event"]: record["time"] for record in run.events(0)}
     return Pace(head_start=times["head_alive"] - times["rank_started"])
-
-
-def alive_pids(pids) -> list[str]:
-    alive = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{pid} {' '.join(proc.cmdline())[:100]}")
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
-    """Every process the ranks logged (their Ray nodes, what they stopped) is gone."""
-    pids = launch_.stopped_pids()
-    deadline = time.monotonic() + wait
-    while alive_pids(pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    alive = alive_pids(pids)
-    assert not alive, "processes of the run still alive:\n" + "\n".join(alive)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -235,20 +65,3 @@ def no_leftover_children():
         for proc in left:
             proc.kill()
         pytest.fail("the test left processes behind: " + "; ".join(names))
-
-
-def shm_segments() -> set[Path]:
-    """MPI's shared-memory files: MPICH's mpich_shm_*, Open MPI's sm_segment.HOST.UID.JOB.RANK."""
-    return {*Path("/dev/shm").glob("mpich_shm_*"), *Path("/dev/shm").glob("sm_segment.*")}
-
-
-def mapped_files() -> set[Path]:
-    """Every file some process has mapped (/proc/PID/maps)."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(Path(line.split(maxsplit=5)[5].strip()) for line in maps.read_text().splitlines()
-                          if line.count(" ") >= 5 and "/dev/shm/" in line)
-        except OSError:
-            pass
-    return mapped

@@ -42,7 +42,7 @@ case "$name" in
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac
 # Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all).
-smoke_files=(tests/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py tests/test_slurm.py)
+smoke_files=(tests/raynode/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py tests/test_slurm.py)
 
 missing=()
 for package in "${system_packages[@]}"; do

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from mpiray import events
+from mpiray.logs import events
 
 MARK = "<<reworded>>"
 

@@ -1,5 +1,5 @@
-"""Why a job failed (mpiray/joblogs/classify.py): each cause from the evidence a real failure leaves
-(fast, on literal events and Ray log lines), and provoked for real where this machine can (slow).
+"""Why a job failed, provoked for real where this machine can: the evidence each failure leaves is read by
+mpiray/logs/report/classify.py, whose pure tests are in tests/logs/report/test_classify.py.
 
 Causes provoked by the failure tests elsewhere, which check `mpiray logs` names them: port_in_use,
 startup_timeout (test_launcher.py, test_joblogs.py), socket_path_too_long, temp_dir, config,
@@ -17,17 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from mpiray.joblogs import render
-from mpiray.joblogs.classify import CAUSES, PMI2_UCX, classify
-from mpiray.joblogs.parse import RankFacts
+from mpiray.logs.report.classify import classify
 
-from conftest import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, launch, new_job_id
+from helpers import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, launch, new_job_id
 
 PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
-
-
-def entry(rank: int, status: str = "ok", cause: str = "", error: str = "", exit_code: int | None = 1) -> dict:
-    return {"rank": rank, "status": status, "cause": cause, "error": error, "exit_code": exit_code}
 
 
 def found(ranks, facts=None, ray_logs=None, exit_code=1, driver_code=None) -> dict[str, list[int]]:
@@ -38,60 +32,6 @@ def found(ranks, facts=None, ray_logs=None, exit_code=1, driver_code=None) -> di
 
 
 # ---- from literal evidence ------------------------------------------------------------------------
-
-
-def test_a_cause_mpiray_named_wins_and_a_vague_one_gives_way_to_what_ray_logged():
-    ranks = [entry(0), entry(1, "failed", "temp_dir", "cannot create the temp dir /x"), entry(2, "failed", "head_lost")]
-    oom = "[2026-11-24 10:00:00,000 E 1 1] ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory"
-    assert found(ranks, ray_logs={2: oom}) == {"temp_dir": [1], "out_of_memory": [2]}
-
-
-@pytest.mark.parametrize("line, cause", [
-    ("ray.exceptions.OutOfMemoryError: Task was killed", "out_of_memory"),
-    ("[raylet] Out of memory: Killed process 4242 (ray::IDLE)", "out_of_memory"),
-    ("OSError: [Errno 98] Address already in use", "port_in_use"),
-    ("Failed to bind to 0.0.0.0:6379", "port_in_use"),
-    ("Failed to get cluster ID from GCS server: Unauthenticated: RPC error: InvalidAuthToken", "foreign_gcs"),
-    ("AF_UNIX path length cannot exceed 107 bytes", "socket_path_too_long"),
-    ("Exception: The current node timed out during startup.", "gcs_overloaded"),
-])
-def test_each_sign_in_rays_logs_names_its_cause(line, cause):
-    assert found([entry(0), entry(1, "failed", "", "`ray start` exited with code 1")], ray_logs={1: f"...\n{line}\n..."}) == \
-        {cause: [1]}
-
-
-def test_a_rank_that_never_came_out_of_mpi_init_is_named_and_pmi2_over_ucx_gets_its_note():
-    stuck = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": None})
-    result = classify([entry(0, "never reported"), entry(1, "never reported")], {1: stuck}, {}, None, None)
-    assert [(c["cause"], c["ranks"], c["note"]) for c in result] == [("mpi_init", [1], PMI2_UCX)]
-    ofi = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": "ofi"})
-    assert classify([entry(1, "never reported")], {1: ofi}, {}, None, None)[0]["note"] == ""
-
-
-def test_workers_rank_0_waited_for_in_vain_are_named_by_their_own_logs_first():
-    head = RankFacts(rank=0, missing=[1, 2])
-    result = found([entry(0), entry(1, "never reported"), entry(2, "never reported")], {0: head},
-                   {2: "Failed to bind to 10.0.0.2:20001"})
-    assert result == {"startup_timeout": [1], "port_in_use": [2]}
-
-
-def test_a_job_that_failed_without_an_error_event_is_the_drivers_or_a_signals_doing():
-    assert found([entry(0)], exit_code=3, driver_code=3) == {"driver_failed": [0]}
-    assert found([entry(0)], exit_code=143, driver_code=143) == {"signal": [0]}
-    assert found([entry(0)], ray_logs={0: "ray.exceptions.OutOfMemoryError"}, exit_code=1, driver_code=1) == \
-        {"out_of_memory": [0]}
-    assert found([entry(0, exit_code=0)], exit_code=0, driver_code=0) == {}
-
-
-def test_the_report_says_why_with_the_fix():
-    report = {"job_id": "j", "job_dir": "/j", "ranks": 1, "hosts": ["n1"], "started": None, "exit_code": 1,
-              "earlier_runs": 0, "cluster": [], "phases": [], "first_error": None, "never_reported": [],
-              "unfinished": [], "job_dir_changed_s": None, "warnings": [], "lost_nodes": [], "manifests": {},
-              "joined_jobs": [], "autoscaler": [], "nodes_over_time": [],
-              "causes": classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, 124)}
-    text = render.format_report(report)
-    assert "why it failed:\n  time_limit (rank 0): " + CAUSES["time_limit"].title in text
-    assert "    fix: " + CAUSES["time_limit"].fix in text
 
 
 # ---- provoked for real ------------------------------------------------------------------------
@@ -137,13 +77,13 @@ def test_a_node_out_of_memory(tmp_path):
 
 @pytest.mark.slow
 def test_a_node_whose_token_the_gcs_refuses(tmp_path):
-    # Rank 1's ray_node.py overwrites its token file with another token before `ray start`: the
+    # Rank 1's starter overwrites its token file with another token before `ray start`: the
     # head's GCS refuses it, as one of another cluster would.
     wrong = tmp_path / "wrong-token"
     wrong.mkdir()
     (wrong / "sitecustomize.py").write_text(
         "import os\n"
-        "if b'ray_node.py' in open('/proc/self/cmdline', 'rb').read() and os.environ.get('RAY_AUTH_TOKEN_PATH'):\n"
+        "if b'mpiray.raynode.starter' in open('/proc/self/cmdline', 'rb').read() and os.environ.get('RAY_AUTH_TOKEN_PATH'):\n"
         "    open(os.environ['RAY_AUTH_TOKEN_PATH'], 'w').write('0' * 64)\n")
     job_id = new_job_id("token")
     common = [sys.executable, str(ROOT / "start_ray.py"), "--log-dir", str(tmp_path / "logs"), "--job-id", job_id,

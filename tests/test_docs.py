@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from mpiray.config import Config
-from mpiray.events import KINDS
-from mpiray.joblogs.classify import CAUSES
+from mpiray.logs.events import KINDS
+from mpiray.logs.report.classify import CAUSES
 from mpiray.options import OPTIONS, options_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,8 +57,9 @@ def test_the_readme_is_a_front_door():
 
 def test_every_module_has_its_row_in_contributing():
     page = (ROOT / "CONTRIBUTING.md").read_text()
-    for module in (ROOT / "mpiray").glob("*.py"):
-        if module.name not in ("__init__.py", "__main__.py"):
-            assert f"`mpiray/{module.name}`" in page, f"CONTRIBUTING.md's table has no row for mpiray/{module.name}"
-    for tests in re.findall(r"`(test_\w+\.py)`", page):
-        assert (ROOT / "tests" / tests).exists(), tests
+    for module in (ROOT / "mpiray").rglob("*.py"):
+        path = module.relative_to(ROOT).as_posix()
+        if module.name not in ("__init__.py", "__main__.py") and f"`{path}`" not in page:
+            assert f"`{module.parent.relative_to(ROOT).as_posix()}/`" in page, f"CONTRIBUTING.md's table has no row for {path}"
+    for tests in re.findall(r"`((?:tests/[\w/]+/)?test_\w+\.py|tests/[\w/]+/)`", page):
+        assert (ROOT / tests if tests.startswith("tests/") else ROOT / "tests" / tests).exists(), tests

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mpiray.events import read_events
-from mpiray.joblogs.files import read_job
-from mpiray.registry import Registry
+from mpiray.elastic.registry import Registry
+from mpiray.logs.events import read_events
+from mpiray.logs.report.jobdir import read_job
 
-from conftest import BIN, ROOT, driver_report, rank_events
-from test_slurm import JOB_TIMEOUT_S, PYTHON, START_RAY
+from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, driver_report, rank_events
 
 pytestmark = pytest.mark.slurm
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"

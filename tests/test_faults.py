@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import (
+from helpers import (
     ROOT,
     Launch,
     alive_pids,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pty
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -14,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpiray.resources import probe_host
+from mpiray.host.resources import probe_host
 
-from conftest import (
+from helpers import (
     BIN,
     ROOT,
     Launch,
@@ -284,3 +287,51 @@ def test_the_default_driver_without_the_train_extra_says_what_to_install(tmp_pat
     assert len(said) == 1 and said[0].startswith("mpiray: error: the default driver (python -m train") and \
         "pip install 'mpiray[train]'" in said[0], result.stderr
     assert not list(tmp_path.iterdir())  # nothing started, nothing logged
+
+
+def run_in_a_terminal(argv: list[str], timeout: float) -> tuple[int, str]:
+    """argv with a pseudo-terminal as stdin/stdout/stderr, as a user's shell runs mpirun."""
+    main, child = pty.openpty()
+    process = subprocess.Popen(argv, cwd=ROOT, stdin=child, stdout=child, stderr=child, start_new_session=True)
+    os.close(child)
+    output = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: every writer closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None:
+                break
+        return process.wait(timeout=max(1.0, deadline - time.monotonic())), output.decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait(timeout=10)
+        os.close(main)
+
+
+@pytest.mark.slow
+def test_mpirun_in_a_terminal_shows_the_live_line_and_erases_it_before_the_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    job_id = new_job_id("progress")
+    argv = launcher_argv(3, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id], [sys.executable, "-c", "pass"])
+    code, text = run_in_a_terminal(argv, timeout=120)
+    assert code == 0, text[-3000:]
+    assert re.search(r"\rmpiray: 1/3 ranks ready, 2 joining \(\d+\.\d s\)\x1b\[K", text), repr(text[:2000])
+    # Erased (on the same stream) right before the cluster table, which starts a clean line.
+    assert re.search(rf"\x1b\[K\r\x1b\[Kmpiray: job {job_id}: 3 Ray nodes", text), repr(text[:2000])
+
+
+@pytest.mark.slow
+def test_piped_output_has_no_live_line(tmp_path):
+    run = launch(tmp_path, 3, driver=[sys.executable, "-c", "pass"], tag="noprogress", timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ranks ready" not in run.stdout + run.stderr and "\r" not in run.stdout
+    assert re.search(r"^mpiray: job \S+: 3 Ray nodes", run.stdout, re.M)

@@ -18,7 +18,7 @@ import pytest
 from mpiray.errors import ConfigError
 from mpiray.options import library_config
 
-from conftest import (
+from helpers import (
     BIN,
     ROOT,
     Launch,

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from mpiray import commands
+from mpiray.raynode import commands
 
-from conftest import ROOT, launch
+from helpers import ROOT, launch
 
 # Ray's own log format, "[2026-11-23 15:38:07,407 E 32545 32545] ...", and Python's "... ERROR ...".
 ERROR_LINE = re.compile(r"^\S*\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ E \d+ \d+\]| E \d+ \d+\] |\bERROR\b")

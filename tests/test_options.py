@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from mpiray import raycompat
+from mpiray.batch.environment import safe_job_id
 from mpiray.cli import main
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
 from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
-from mpiray.scheduler import safe_job_id
+from mpiray.raynode import raycompat
 
 
 def test_defaults_run_the_trainer():

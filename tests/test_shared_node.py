@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mpiray.events import read_events
-from mpiray.logs import Tee
-from mpiray.raycompat import ray_version
+from mpiray.elastic.registry import Entry, Registry
+from mpiray.logs.events import read_events
+from mpiray.logs.tee import Tee
+from mpiray.raynode.raycompat import ray_version
 
-from conftest import (
+from helpers import (
     ROOT,
     Launch,
     alive_pids,
@@ -292,7 +293,7 @@ def test_a_full_disk_under_the_log_costs_log_lines_only(tmp_path):
 
 def make_private_dir_in_a_process_that_ends(root: Path) -> Path:
     """A private dir whose owner is gone: what a job step SIGKILLed whole (guard included) leaves."""
-    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from mpiray.node import "
+    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from mpiray.raynode.private import "
                            "PrivateDir; p = PrivateDir.create(Path(sys.argv[1]), 'r0'); p.write_token('t'); print(p.path)",
                            str(root)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
@@ -311,8 +312,8 @@ def short_tmp():
 
 @as_another_user
 def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_path, short_tmp):
-    from mpiray.guard import start_time
-    from mpiray.node import PrivateDir, remove_stale
+    from mpiray.host.guard import start_time
+    from mpiray.raynode.private import PrivateDir, remove_stale
 
     root = short_tmp
     root.chmod(0o1777)  # like /tmp: anyone may create entries
@@ -357,3 +358,40 @@ def test_a_job_removes_the_private_dirs_that_killed_ranks_left(tmp_path, short_t
     assert sorted(swept) == sorted(map(str, stale))
     assert not list(temp.iterdir())  # and this job's own dirs are gone too
     assert_nothing_left(run)
+
+
+def entry(job_id: str = "1234", **changes) -> Entry:
+    fields = dict(job_id=job_id, gcs_address="10.0.0.1:25200", head_ip="10.0.0.1", host="n1", pid=4242,
+                  uid=os.getuid(), ray="2.60.0", python="3.11.7", log_dir="/logs/1234", started=time.time() - 5,
+                  heartbeat=time.time())
+    return Entry(**{**fields, **changes})
+
+
+@pytest.mark.slow
+def test_another_user_can_neither_read_a_token_nor_plant_an_entry(tmp_path):
+    # The registry sits in a world-searchable place here, as a home directory can be: its own mode keeps
+    # everyone else out. Checked as a real second user (uid 65534).
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as another user")
+    os.chmod(tmp_path, 0o755)
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "s3cret")
+    attack = (
+        "import json, sys\n"
+        f"root = {str(registry.root)!r}\n"
+        "results = {}\n"
+        "for what, action in [('read token', lambda: open(root + '/1234.token').read()),\n"
+        "                     ('list', lambda: __import__('os').listdir(root)),\n"
+        "                     ('plant', lambda: open(root + '/evil.json', 'w').write('{}'))]:\n"
+        "    try:\n"
+        "        action()\n"
+        "        results[what] = 'done'\n"
+        "    except OSError as error:\n"
+        "        results[what] = type(error).__name__\n"
+        "print(json.dumps(results))\n"
+    )
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I",
+                             "-c", attack], capture_output=True, text=True, timeout=30, check=True)
+    assert json.loads(result.stdout) == {"read token": "PermissionError", "list": "PermissionError",
+                                         "plant": "PermissionError"}
+    assert [e.job_id for e in registry.running()] == ["1234"]

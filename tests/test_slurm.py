@@ -12,29 +12,21 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from mpiray.events import read_events
+from mpiray.logs.events import read_events
 
-from conftest import driver_report, rank_events
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings
 from slurm import testbed
 from slurm.fixture import Jobs
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
-START_RAY = ROOT / "start_ray.py"
-JOBS = ROOT / "jobs"
 PLACEMENT = ROOT / "tests" / "slurm" / "placement_driver.py"
 CHECKPOINT = ROOT / "tests" / "slurm" / "checkpoint_driver.py"
 PROBE = ROOT / "tests" / "drivers" / "probe.py"
-
-# Under load (2 cores, other tests running) a 3-node cluster takes 15-30 s to come up.
-JOB_TIMEOUT_S = 300
-
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -58,17 +50,6 @@ def log_time(records: list[dict], name: str) -> float:
     raise AssertionError(f"no {name} event in {[r['event'] for r in records]}")
 
 
-def field(records: list[dict], name: str, key: str):
-    """A field of a rank's last event called name (None: no such event)."""
-    found = [record["fields"].get(key) for record in records if record["event"] == name]
-    return found[-1] if found else None
-
-
-def rank_logs(job_dir: Path, ranks: int) -> list[list[dict]]:
-    """Each rank's events (its last run)."""
-    return [rank_events(job_dir, rank) for rank in range(ranks)]
-
-
 def exited_with(logs: list[list[dict]], code: int) -> bool:
     return all(records and records[-1]["event"] == "exit" and records[-1]["fields"]["code"] == code
                for records in logs)
@@ -90,14 +71,6 @@ def assert_each_rank_advertises_its_own_node_ip(bed: testbed.Testbed, logs: list
         advertised = [arg.split("=", 1)[1] for r in records if r["event"] == "node_starting"
                       for arg in r["fields"]["argv"] if arg.startswith("--node-ip-address=")]
         assert advertised == [ips[host]], (host, advertised)
-
-
-def report(capsys, request, **timings: float) -> None:
-    """Show timings in the test output, even when pytest captures it."""
-    with capsys.disabled():
-        print("\n" + request.node.name + ": " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
-    for key, value in timings.items():
-        request.node.user_properties.append((key, round(value, 2)))
 
 
 # ---- the job scripts, statically ----------------------------------------------------------
@@ -237,7 +210,7 @@ def test_a_lone_failing_rank_ends_the_job_within_seconds(slurm_testbed, jobs, tm
     assert ended - failed < 30
     assert exited_with(logs, 2)
     assert {records[-1]["host"] for records in logs} == set(slurm_testbed.node_names)
-    report(capsys, request, failure_to_srun_exit=ended - failed)
+    show_timings(capsys, request, failure_to_srun_exit=ended - failed)
     jobs.wait_until_gone(job_dir.name)
 
 
@@ -278,7 +251,7 @@ def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys
     assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
     logs = rank_logs(job_dir, 24)
     assert exited_with(logs, 0)
-    report(capsys, request, srun_to_exit=time.monotonic() - started,
+    show_timings(capsys, request, srun_to_exit=time.monotonic() - started,
            ready=float(re.search(r"ready in ([\d.]+) s", result.stdout).group(1)))
     jobs.wait_until_gone(job_dir.name)
 
@@ -329,7 +302,7 @@ def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
     launched = log_time(logs[0], "rank_started")  # MPI is up
     ready = log_time(logs[0], "cluster_ready")
     driver_exit = log_time(logs[0], "driver_exited")
-    report(capsys, request, sbatch_to_rank0_running=launched - submitted,
+    show_timings(capsys, request, sbatch_to_rank0_running=launched - submitted,
            sbatch_to_workers_running=ready - submitted, driver_exit_to_completed=completed - driver_exit)
 
 
@@ -392,7 +365,7 @@ def test_scancel_gives_the_driver_its_grace_then_every_rank_stops(
             assert saved["saved"] <= log_time(records, "processes_stopped")
     if stop == "scancel-signal-term":  # no SIGKILL from Slurm: every rank ends on its own
         assert exited_with(logs, 143)
-    report(capsys, request, scancel_to_driver_sigterm=saved["sigterm"] - signalled,
+    show_timings(capsys, request, scancel_to_driver_sigterm=saved["sigterm"] - signalled,
            scancel_to_no_process_left=gone - signalled)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_slurm import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, report
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, show_timings
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 
@@ -89,7 +89,7 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     # Timings: the work lost, and how long the second run took from its start to its first iteration.
     restarted = rank_logs(tmp_path / "logs" / job_id, 1)[0][0]["time"]  # the second run's first event
     first_new = next(row for row in rows[::-1] if int(row["training_iteration"]) == first_iteration)
-    report(capsys, request, iterations_lost=float(done_before - (first_iteration - 1)),
+    show_timings(capsys, request, iterations_lost=float(done_before - (first_iteration - 1)),
            restart_to_first_new_iteration=float(first_new["timestamp"]) - restarted,
            requeue_to_completed=time.time() - requeued)
     jobs.wait_until_gone(job_id)
@@ -136,6 +136,6 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
     lost = [record["fields"]["peer"] for record in rank_logs(job_dir, 3)[0] if record["event"] == "node_lost"]
     assert lost == [1, 2]
     iteration_times = [float(t) for t in re.findall(r" iter \d+ \|.*\| (\d+\.\d) s$", driver, re.M)]
-    report(capsys, request, node2_lost_to_end=ended - killed[1], node3_lost_to_end=ended - killed[2],
+    show_timings(capsys, request, node2_lost_to_end=ended - killed[1], node3_lost_to_end=ended - killed[2],
            training_s=iteration_times[-1])
     jobs.wait_until_gone(job_dir.name)

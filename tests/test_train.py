@@ -30,7 +30,7 @@ from train.options import UsageError
 from train.plot import find_progress_files, plot_runs, read_curve
 from train.progress import format_progress
 
-from conftest import exit_codes
+from helpers import exit_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 240

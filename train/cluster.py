@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping, MutableMapping, Optional
 
-from mpiray import raycompat
-from mpiray.node import PrivateDir
+from mpiray.raynode import raycompat
+from mpiray.raynode.private import PrivateDir
 
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
 

@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Optional
 
+from mpiray.batch import environment
+
 PROBE_DIR_PREFIX = ".storage-probe-"
 SHARED_CHECK_TIMEOUT_S = 60.0
 # Tune's files in an experiment dir: tuner.pkl when the Tuner is made, experiment_state-<time>.json as it runs.
@@ -169,9 +171,7 @@ def restart_of(environ: Mapping[str, str]) -> Optional[str]:
 
     PBS keeps PBS_JOBID on qrerun and sets no count: the job tag finds the experiment there.
     """
-    from mpiray import scheduler
-
-    return scheduler.detect(environ).restart
+    return environment.detect(environ).restart
 
 
 def _probe_from_node(probe_dir: str, node_id: str) -> str:

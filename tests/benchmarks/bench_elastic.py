@@ -8,7 +8,7 @@ On the 3-host Slurm testbed (root; brought up if need be), interleaved, each rep
    placement group of 2 one-CPU bundles (one more node than the head) and stamps the moment it asked;
    measured: demand -> the worker job's node ALIVE (its node_alive event) and -> the group ready.
 2. by hand (the reference): the same head job with a driver that waits for a second node, and the
-   same worker job script (mpiray/batch.py) given to `sbatch` by the benchmark; measured: sbatch ->
+   same worker job script (mpiray/batch/slurm.py) given to `sbatch` by the benchmark; measured: sbatch ->
    the worker's node ALIVE.
 Prints a table and writes elastic_report.md / elastic_report.json beside this file. Goal: the
 autoscaled path within 1.5x the by-hand one.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from mpiray import batch  # noqa: E402
-from mpiray.events import read_events  # noqa: E402
-from mpiray.ranknode import AUTOSCALER_UPDATE_S  # noqa: E402
-from mpiray.registry import Registry  # noqa: E402
+from mpiray.batch import jobs, slurm  # noqa: E402
+from mpiray.elastic.registry import Registry  # noqa: E402
+from mpiray.logs.events import read_events  # noqa: E402
+from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
 
 from slurm import testbed  # noqa: E402
 
@@ -91,11 +91,11 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
             if line.startswith("BENCH "):
                 break
         (cluster,) = [entry.job_id for entry in Registry(registry).running()]
-        job = batch.WorkerJob(cluster=cluster, mpiray_dir=str(ROOT), python=PYTHON, log_dir=str(log_dir / cluster),
+        job = jobs.WorkerJob(cluster=cluster, mpiray_dir=str(ROOT), python=PYTHON, log_dir=str(log_dir / cluster),
                               cpus=1, env={"MPIRAY_REGISTRY": str(registry),
                                            "MPIR_CVAR_CH4_NETMOD": env.get("MPIR_CVAR_CH4_NETMOD", "ofi")})
         submitted = time.time()
-        bed.run(["sbatch", "--parsable"], input=batch.slurm_script(job, 1), env=env, timeout=60, check=True)
+        bed.run(["sbatch", "--parsable"], input=slurm.slurm_script(job, 1), env=env, timeout=60, check=True)
         head.communicate(timeout=300)
     finally:
         if head.poll() is None:

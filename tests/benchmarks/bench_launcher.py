@@ -52,8 +52,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from mpiray import network  # noqa: E402  (pure helpers: addresses and free port blocks)
-from mpiray.events import read_events  # noqa: E402
+from mpiray.host import network  # noqa: E402  (pure helpers: addresses and free port blocks)
+from mpiray.logs.events import read_events  # noqa: E402
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -698,9 +698,10 @@ def _short_name(proc: psutil.Process) -> str:
         cmd = proc.cmdline()
     except psutil.Error:
         return "?"
-    for arg in cmd[:3]:
+    for arg in cmd[:4]:
         base = os.path.basename(arg)
-        if base in ("ray", "ray_node.py") and "start" in cmd:  # the launcher runs it through ray_node.py
+        # The launcher runs `ray start` through its starter (mpiray/raynode/starter.py; ray_node.py before).
+        if base in ("ray", "ray_node.py", "mpiray.raynode.starter") and "start" in cmd:
             return "`ray start --block`"
         if base.endswith(".py") or base in ("raylet", "gcs_server"):
             return base

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from mpiray.events import read_events  # noqa: E402
+from mpiray.logs.events import read_events  # noqa: E402
 
 from slurm import testbed  # noqa: E402
 

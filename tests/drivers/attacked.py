@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from mpiray.events import read_events
+from mpiray.logs.events import read_events
 
 job_dir = Path(os.environ["MPIRAY_LOG_DIR"]) / os.environ["MPIRAY_JOB_ID"]
 dirs = [r["fields"]["path"] for events in sorted(job_dir.glob("rank-*.jsonl")) for r in read_events(events)

@@ -12,7 +12,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mpiray.events import read_events
+from mpiray.logs.events import read_events
 
 ray.init()
 

@@ -1,0 +1,118 @@
+"""A rank's guard: `python -I -S guard.py PRIVATE_DIR KEPT_LOGS`, a process of its own that outlives the rank.
+
+If the rank dies (SIGKILL by mpirun or srun, the OOM killer) nobody else tidies its node up:
+Ray's agents, which raylet starts without fate-sharing, would live on for a minute, and the rank's
+private dir, with the cluster's token in it, would stay in /tmp forever. The guard waits on a pipe
+from the rank. Lines it understands:
+    group PGID START   the node's process group (its leader's start time, /proc/PID/stat field 22)
+    done               the rank tidied up itself: exit and touch nothing
+End of file without "done" means the rank died: SIGKILL the group (unless its id was recycled:
+a process with pid PGID exists but started at another time), wait until the group is empty (at
+most GROUP_GONE_S), keep Ray's logs beside the rank's own, remove the private dir.
+
+Only the standard library (it starts in ~20 ms); raynode/node.py imports keep_ray_logs from here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+GROUP_GONE_S = 10.0
+
+
+def read_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (field 3 is index 0), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2:].decode().split()
+
+
+def start_time(pid: int) -> str | None:
+    fields = read_stat(pid)
+    return fields[19] if fields else None  # field 22: starttime in clock ticks since boot
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = read_stat(int(entry))
+            if fields and fields[0] != "Z" and int(fields[2]) == pgid:  # fields: state, ppid, pgrp
+                members.append(int(entry))
+    return members
+
+
+def kill_group(pgid: int, leader_start: str) -> None:
+    # While any member lives the kernel does not reuse the id; a leader with another start time
+    # means the group emptied earlier and the id now names someone else's group.
+    current = start_time(pgid)
+    if current is not None and current != leader_start:
+        return
+    deadline = time.monotonic() + GROUP_GONE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if not group_members(pgid):
+            return
+        time.sleep(0.05)
+
+
+def make_private(root: Path) -> None:
+    """No group/other write anywhere below root (Ray makes its dirs 0777); symlinks are left as they are."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames, None]:
+            path = os.path.join(dirpath, name) if name else dirpath
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+
+
+def keep_ray_logs(ray_dir: Path, target: Path) -> Path | None:
+    """Move the newest Ray session's logs to target (target.2, .3, ... if a run before kept its own there)."""
+    sessions = sorted(p for p in ray_dir.glob("session_2*") if (p / "logs").is_dir() and not p.is_symlink())
+    if not sessions:
+        return None
+    logs = sessions[-1] / "logs"
+    make_private(logs)  # here, under the rank's 0700 dir, nobody else can see the copy being made
+    destination, number = target, 1
+    while destination.exists() or destination.is_symlink():
+        number += 1
+        destination = target.with_name(f"{target.name}.{number}")
+    if not destination.parent.is_dir():  # not recreated: a joined job outlives the cluster's log dir
+        raise FileNotFoundError(f"the log directory {destination.parent} is gone (removed while the job ran?)")
+    shutil.move(str(logs), str(destination))
+    return destination
+
+
+def main(private_dir: Path, kept_logs: Path) -> None:
+    group = None
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["done"]:
+            return
+        if len(words) == 3 and words[0] == "group":
+            group = int(words[1]), words[2]
+    if group is not None:
+        kill_group(*group)
+    try:
+        keep_ray_logs(private_dir / "ray", kept_logs)
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    # scancel and mpirun signal the whole step: the rank answers those; the guard waits for its pipe.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

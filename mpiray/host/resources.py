@@ -1,0 +1,224 @@
+"""What each rank gives Ray: its share of the host's CPUs, GPUs and memory.
+
+Ranks on one host split the host so that the sum of what they offer never exceeds it; Ray left alone
+would let each of them count every core and take 30% of the host's memory for its object store.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import psutil
+
+from mpiray.batch import environment
+from mpiray.host import network
+
+OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
+SHM_HEADROOM = 0.9  # keep some of /dev/shm for everything else on the host
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What one rank sees of its host (probed once, sent to the other ranks of the host)."""
+
+    hostname: str
+    affinity: tuple[int, ...]
+    memory: int  # bytes this job may use on the host
+    shm: int  # bytes of /dev/shm
+    gpu_ids: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Share:
+    cpus: int
+    gpu_ids: tuple[str, ...]
+    memory: int  # Ray's "memory" resource, object store excluded
+    object_store: int
+    notes: tuple[str, ...] = ()
+    affinity: tuple[int, ...] = ()  # the CPUs the node's processes may run on; () = the rank's own
+
+
+GCS_CORE_MIN_CPUS = 8  # --gcs-core auto: a host this big gives the GCS one CPU (12.5% or less)
+
+
+def _cgroup_memory_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            return int(text)
+    return None
+
+
+def visible_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPUs a rank may use: what CUDA/ROCm are told, else what the scheduler says, else /dev/nvidia*."""
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        if name in environ:
+            return tuple(x for x in environ[name].split(",") if x.strip() != "")
+    scheduled = environment.detect(environ).gpu_ids
+    if scheduled is not None:
+        return scheduled
+    return tuple(sorted(os.path.basename(p)[len("nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")))
+
+
+def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
+    environ = os.environ if environ is None else environ
+    memory = psutil.virtual_memory().total
+    for limit in (_cgroup_memory_limit(), environment.detect(environ).memory):
+        if limit:
+            memory = min(memory, limit)
+    try:
+        fs = os.statvfs("/dev/shm")  # shutil.disk_usage's total, without shutil's imports
+        shm = fs.f_blocks * fs.f_frsize
+    except OSError:
+        shm = 0
+    return HostView(
+        hostname=socket.gethostname(),
+        affinity=tuple(sorted(os.sched_getaffinity(0))),
+        memory=memory,
+        shm=shm,
+        gpu_ids=visible_gpus(environ),
+    )
+
+
+def _even_share(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def rank_share(
+    views: list[HostView],
+    index: int,
+    *,
+    cpus_per_task: int | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    object_store_memory: int | None = None,
+    head_core: int | None = None,
+) -> Share:
+    """The share of the index-th of the ranks (views) that run a Ray node on one host.
+
+    head_core: a CPU that the host's other Ray nodes leave to the head's (index 0) GCS.
+    """
+    notes = []
+    parts = len(views)
+    own = views[index]
+    masks = [set(v.affinity) for v in views]
+    disjoint = _bound(views)
+    affinity: tuple[int, ...] = ()
+    if index > 0 and head_core in own.affinity:  # within this rank's own CPUs, never beyond them
+        affinity = tuple(sorted(set(own.affinity) - {head_core}))
+    if affinity:
+        notes.append(f"CPU {head_core} is left to the head's GCS: this node runs on CPUs {_ranges(affinity)}")
+    if disjoint:  # bound by srun/aprun/mpirun: each rank owns its mask
+        cpus = len(own.affinity)
+        notes.append(f"CPU binding: {cpus} CPUs in this rank's affinity mask")
+    else:
+        host_cpus = len(set().union(*masks))
+        cpus = _even_share(host_cpus, parts, index)
+        notes.append(f"{host_cpus} host CPUs shared by {parts} ranks: {cpus} for this rank")
+    if cpus_per_task and cpus_per_task < cpus:
+        cpus = cpus_per_task
+        notes.append(f"scheduler allots {cpus_per_task} CPUs per task")
+    if num_cpus is not None:
+        cpus = num_cpus
+        notes.append(f"--num-cpus {num_cpus}")
+
+    gpus = own.gpu_ids[index::parts] if parts > 1 else own.gpu_ids
+    if num_gpus is not None:
+        gpus = gpus[:num_gpus] if num_gpus <= len(gpus) else tuple(str(i) for i in range(num_gpus))
+
+    memory = own.memory // parts
+    shm_share = int(own.shm * SHM_HEADROOM) // parts
+    store = object_store_memory or int(memory * OBJECT_STORE_FRACTION)
+    if store > shm_share and object_store_memory is None:
+        notes.append(
+            f"object store {store >> 20} MiB does not fit this rank's share of /dev/shm "
+            f"({shm_share >> 20} MiB): using {shm_share >> 20} MiB"
+        )
+        store = shm_share
+    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity)
+
+
+def _bound(views: list[HostView]) -> bool:
+    """Whether the launcher bound each rank to CPUs of its own (srun, aprun, mpirun --bind-to)."""
+    masks = [set(v.affinity) for v in views]
+    return sum(len(m) for m in masks) == len(set().union(*masks))
+
+
+def head_core(views: list[HostView], mode: str = "auto") -> int | None:
+    """The CPU kept for the GCS on the head's host, or None (--gcs-core MODE).
+
+    A join storm on the head's host once starved the GCS (24 raylets on 2 cores; Ray gives a raylet
+    30 s to register). When unbound ranks share the head's host, the other Ray nodes there run on
+    every CPU but one: the GCS and the head's own tasks share that one with nothing else. Ray's
+    CPU counts stay as they were. Ranks bound to their own CPUs need nothing; one CPU cannot be split.
+    "auto" keeps one on hosts of GCS_CORE_MIN_CPUS or more: on 2 cores it would leave the other
+    nodes half the host (4 ranks on 2 cores: ready in 6.4 s instead of 4.9).
+    """
+    cpus = set().union(*(set(v.affinity) for v in views))
+    if mode == "off" or len(views) < 2 or len(cpus) < 2 or _bound(views):
+        return None
+    if mode == "auto" and len(cpus) < GCS_CORE_MIN_CPUS:
+        return None
+    return max(cpus)
+
+
+def _ranges(cpus: tuple[int, ...]) -> str:
+    """0,1,2,5 -> '0-2,5' (as taskset and Slurm write CPU lists)."""
+    spans: list[list[int]] = []
+    for cpu in cpus:
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+
+
+def check_object_store(object_store_memory: int | None, view: HostView, parts: int) -> str | None:
+    """The problem with an explicit --object-store-memory on this host, if any."""
+    if object_store_memory is None:
+        return None
+    for what, limit in (("memory", view.memory), ("/dev/shm", int(view.shm * SHM_HEADROOM))):
+        if object_store_memory * parts > limit:
+            return (
+                f"--object-store-memory {object_store_memory >> 20} MiB x {parts} Ray nodes on "
+                f"{view.hostname} does not fit its {what} ({limit >> 20} MiB usable): give at most "
+                f"{limit // parts >> 20}M"
+            )
+    return None
+
+
+def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, leader_is_rank0: bool,
+              cpus_per_task: int | None) -> list:
+    """Each local rank's (Share, NodePorts), or (None, None) for a rank that idles (one node per host).
+
+    views: what each rank of the host sees of it, the host's first rank first; config: the job's Config.
+    """
+    idle = 0
+    if config.ray_node_per == "host":
+        merged = HostView(
+            views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
+            views[0].memory, views[0].shm, views[0].gpu_ids,
+        )
+        views, idle = [merged], len(views) - 1
+    plans = []
+    kept = head_core(views, config.gcs_core) if leader_is_rank0 else None
+    for index in range(len(views)):
+        is_head = leader_is_rank0 and index == 0
+        share = rank_share(
+            views, index,
+            cpus_per_task=cpus_per_task,
+            num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
+            num_gpus=config.num_gpus,
+            object_store_memory=config.object_store_memory,
+            head_core=kept,
+        )
+        ports = network.node_ports(ports_base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
+        plans.append((share, ports))
+    return plans + [(None, None)] * idle

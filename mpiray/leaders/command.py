@@ -1,0 +1,73 @@
+"""The command line's leader step: rank 0 runs the driver command as a subprocess.
+
+Its output goes to the job's stdout/stderr and, line by line, to LOG_DIR/JOB_ID/driver.log; its exit
+code is the job's. (The library's leader step, script.py, hands the cluster to the calling script.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Sequence
+
+from mpiray.errors import ConfigError
+from mpiray.host import processes
+from mpiray.logs.files import driver_log_path
+from mpiray.logs.tee import Tee
+from mpiray.rank.messages import Cluster
+from mpiray.rank.state import Rank
+
+TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.log after it exited
+
+
+class CommandLeader:
+    """rank.state.Leader: the driver command, with the cluster in its environment."""
+
+    def __init__(self, command: Sequence[str]):
+        self.command = list(command)
+        self.proc: subprocess.Popen | None = None
+        self.tee: Tee | None = None
+        self.me = None
+
+    def start(self, me: Rank, cluster: Cluster) -> None:
+        self.me = me
+        if me.config.dry_run:  # the whole protocol, but no driver: it "ends" at once with 0
+            me.log.event("dry_run", command=" ".join(self.command))
+            return
+        out_path = driver_log_path(cluster.log_dir)
+        try:
+            self.proc = processes.start(self.command, env=cluster.driver_env(dict(os.environ)),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as error:
+            raise ConfigError(f"cannot start the driver {self.command}: {error.strerror}",
+                              cause="driver_not_found") from None
+        me.log.event("driver_started", pid=self.proc.pid, command=" ".join(self.command), output=str(out_path))
+        self.tee = Tee.to_file(out_path)
+        self.tee.pump(self.proc.stdout, sys.stdout.buffer)
+        self.tee.pump(self.proc.stderr, sys.stderr.buffer)
+
+    def poll(self, timeout: float) -> int | None:
+        if self.proc is None:  # a dry run
+            return 0
+        try:
+            returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        code = processes.exit_code(returncode)
+        self.me.log.event("driver_exited", code=code)
+        return code
+
+    def stop(self, grace: float, code: int) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if processes.stop_group(self.proc, grace) is None:
+            self.me.log.event("driver_not_ended", pid=self.proc.pid)
+
+    def close(self, me: Rank) -> None:
+        if self.tee is None:
+            return
+        self.tee.close(TEE_CLOSE)
+        if self.tee.error or self.tee.dropped:
+            me.log.event("driver_log_incomplete", problem=self.tee.error or "its writes stalled",
+                         dropped=self.tee.dropped)

@@ -1,0 +1,51 @@
+"""The leader step of a job that joins another's cluster with no driver command (`--join JOB` alone): its
+nodes serve until the cluster ends (exit 0) or this job does (its walltime or scancel: SIGTERM; each
+`ray start` then drains its node through Ray, so tasks move away, and the rest of the cluster goes on).
+"""
+
+from __future__ import annotations
+
+import time
+
+from mpiray.elastic.autoscale import cancel_siblings
+from mpiray.elastic.registry import Registry
+from mpiray.raynode.gcs import gcs_answers
+
+GONE_AFTER = 3  # failed looks at the cluster's GCS in a row before this job calls it ended
+
+
+class StayLeader:
+    """rank.state.Leader of a joining job with no driver: its nodes serve until the cluster ends (0); a stop
+    signal (this job's walltime, scancel) ends it as any job's (128+N)."""
+
+    def __init__(self) -> None:
+        self.me = None
+        self.misses = 0
+        self.looked = 0.0
+
+    def start(self, me, cluster) -> None:
+        self.me = me
+        me.log.event("serving", cluster=cluster.session.job_id, nodes=len(cluster.nodes), cpus=cluster.total_cpus)
+
+    def poll(self, timeout: float) -> int | None:
+        time.sleep(timeout)
+        if time.monotonic() - self.looked < 1.0:
+            return None
+        self.looked = time.monotonic()
+        self.misses = 0 if gcs_answers(self.me.session.gcs_address, timeout=1.0) else self.misses + 1
+        if self.misses < GONE_AFTER:
+            return None
+        self.me.log.event("cluster_ended", cluster=self.me.session.job_id)
+        if self.me.config.resources and "NODE_ID_AS_RESOURCE" in self.me.config.resources:
+            # A worker job of an autoscaler whose head job was killed: nobody else cancels the others.
+            gone = cancel_siblings(Registry(self.me.config.registry), self.me.session.job_id, self.me.env.scheduler)
+            if gone:
+                self.me.log.event("siblings_cancelled", jobs=gone)
+        return 0
+
+    def stop(self, grace: float, code: int) -> None:
+        pass  # nothing runs but this job's nodes: teardown stops (and so drains) them
+
+    def close(self, me) -> None:
+        pass
+

@@ -1,0 +1,269 @@
+"""All ranks' facts (parse.py) joined into the job's report, plain data as `--json` prints it: the
+cluster table's rows, each rank's time line, the start-up phases, the first error, why each rank
+that never reported did not, each node's manifest, and why the job failed (classify.py). Times are
+seconds after the job's first event, on the ranks' clocks."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+from mpiray.logs.report import elastic
+from mpiray.logs.report.classify import classify
+from mpiray.logs.report.parse import EPOCH, Peer, RankFacts, describe, rank_facts
+
+OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
+SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
+
+
+def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
+            ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
+            joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
+            autoscaler: list[dict] | None = None) -> dict:
+    """Every rank's events (rank -> (its human log's path, its records)) -> the job's report: plain data,
+    as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it);
+    joins: the jobs that joined this cluster, job id -> their ranks' events; autoscaler: its events.
+
+    Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
+    when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
+    least until their last line, and its guards wrote there when they died, so their last state is
+    drawn on until then, hatched.
+    """
+    facts = {rank: rank_facts(rank, records, path) for rank, (path, records) in logs.items()}
+    head = facts.get(0)
+    # A worker's log whose last line is older than rank 0's first is an earlier run's (a re-used job id).
+    if head is not None and head.first is not None:
+        stale = [r for r, f in facts.items() if r and f.last is not None and f.last < head.first]
+        for rank in stale:
+            facts[rank] = RankFacts(rank=rank, log=facts[rank].log)
+    sizes = [f.size for f in facts.values() if f.size]
+    size = (head.size if head and head.size else max(sizes, default=0)) or (max(facts, default=-1) + 1)
+    size = max(size, max(facts, default=-1) + 1)
+    peers = head.peers if head else {}
+    known = [f for f in facts.values() if f.first is not None]
+    t0 = min((f.first for f in known), default=None)
+    joins, autoscaler = joins or {}, autoscaler or []
+
+    def rel(time: float | None) -> float | None:
+        return None if time is None or t0 is None else round(time - t0, 3)
+
+    head_alive = head.joined if head else None
+    ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
+    unfinished = [entry for entry in ranks if entry["has_log"] and entry["exit_code"] is None]
+    changed_s = rel(changed) if unfinished else None
+    for entry in unfinished:
+        entry["logged_until_s"] = entry["last_s"]
+        if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
+            entry["segments"][-1][2] = changed_s
+    for time, rank, _, _, message, cause in head.job_errors if head else ():
+        if rank != 0 and rank < size and not ranks[rank]["error"]:  # its own log does not say: rank 0's word
+            ranks[rank].update(status=FAILED, error=message, error_s=rel(time), cause=cause)
+    phases = _phases(head, ranks, facts, rel)
+    first_error = _first_error(facts, rel)
+    if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
+        first_error["log"] = ranks[first_error["rank"]]["log"]
+    never = [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
+             if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None]
+    exit_codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
+    hosts = sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural)
+    exit_code = head.exit_code if head and head.exit_code is not None else (
+        next(iter(exit_codes)) if len(exit_codes) == 1 else None)
+    causes = classify(ranks, facts, ray_logs or {}, exit_code, head.driver_code if head else None)
+    return {
+        "job_id": job_id,
+        "job_dir": job_dir,
+        "ranks": size,
+        "hosts": hosts,
+        "started": None if t0 is None else _stamp(t0),
+        "exit_code": exit_code,
+        "driver": head.driver if head else "",
+        "driver_exit_code": head.driver_code if head else None,
+        "earlier_runs": max((f.earlier_runs for f in facts.values()), default=0),
+        "cluster": ranks,
+        "phases": phases,
+        "first_error": first_error,
+        "never_reported": never,
+        "unfinished": [entry["rank"] for entry in unfinished],
+        "job_dir_changed_s": changed_s,
+        "warnings": sorted(
+            ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
+            key=lambda w: w["s"],
+        ),
+        "lost_nodes": sorted(({"rank": rank, "s": rel(time), "reported_by": f.rank, "message": message}
+                              for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
+        "causes": causes,
+        "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
+        "joined_jobs": elastic.joined_jobs(joins, rel),
+        "autoscaler": elastic.decisions(autoscaler, rel),
+        "nodes_over_time": elastic.nodes_over_time(
+            [records for _, records in logs.values()] + [records for job in joins.values() for _, records in job.values()],
+            rel) if joins or autoscaler else [],
+    }
+
+
+def _natural(name: str) -> list:
+    """'node10' after 'node9'."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _stamp(seconds: float) -> str:
+    return (EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_alive: float | None, job_dir: str, rel) -> dict:
+    facts = facts or RankFacts(rank=rank)
+    peer = peer or Peer()
+    joined = facts.joined if facts.joined is not None else peer.joined
+    idle = facts.idle is not None or peer.idle
+    if facts.errors:
+        status = FAILED
+    elif idle:
+        status = IDLE
+    elif joined is not None:
+        status = OK
+    else:
+        status = NEVER_REPORTED
+    resources = facts.resources or peer.resources
+    entry = {
+        "rank": rank,
+        "host": facts.host or peer.host,
+        "pid": facts.pid,
+        "ip": facts.ip or peer.ip,
+        "resources": resources,
+        "resources_text": describe(resources),
+        "joined_s": None if idle else rel(joined),
+        "status": status,
+        "exit_code": facts.exit_code,
+        "log": facts.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),  # where it is, or would be
+        "has_log": facts.first is not None,
+        "logged_until_s": None,  # a log without an exit line: its last line (the bar goes on, hatched)
+        "first_s": rel(facts.first),
+        "last_s": rel(facts.last),
+        "last_step": facts.last_event,
+        "join_slot_s": rel(peer.join_slot),
+        "join_attempts": facts.join_attempts,
+        "error": facts.errors[0][1] if facts.errors else "",
+        "error_s": rel(facts.errors[0][0]) if facts.errors else None,
+        "cause": facts.errors[0][2] if facts.errors else "",
+        "launched_s": rel(facts.launched),
+        "mpi_ready_s": rel(facts.mpi_ready),
+        "stopped": {"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
+        if facts.stopped is not None else None,
+    }
+    # A worker's `ray start` may go once rank 0 lets it (its head ALIVE, or a join slot): before that it waits.
+    release = peer.join_slot if peer.join_slot is not None else (head_alive if rank else None)
+    entry["segments"] = _segments(facts, release, rel)
+    # An error about the job (a startup timeout), not about this rank's node: marked, not "failed".
+    own = [time for time, failed, *_ in facts.job_errors if failed == rank]
+    entry["job_error_s"] = rel(own[0]) if own else None
+    return entry
+
+
+def stopping_start(facts: RankFacts) -> float | None:
+    """When the rank began to stop: the driver's end, rank 0's word, a signal, a failure, or its Ray's stop."""
+    starts = [t for t in (facts.driver_exited, facts.ended, facts.signal,
+                          facts.errors[0][0] if facts.errors else None,
+                          facts.job_errors[0][0] if facts.job_errors else None,
+                          facts.stopped - facts.stopped_seconds if facts.stopped is not None else None) if t is not None]
+    return min(starts) if starts else None
+
+
+def _segments(facts: RankFacts, release: float | None, rel) -> list[list]:
+    """The rank's time line: [kind, start, end] in seconds, kinds from SEGMENTS, in order.
+
+    waiting: for the session, its host's plan, its go (release); starting: its `ray start` until the
+    node is ALIVE; alive; idle (one Ray node per host); driver (rank 0); stopping: until its exit line.
+    """
+    if facts.first is None:
+        return []
+    stopping = stopping_start(facts)
+    starting = facts.starting
+    if starting is not None and release is not None and (facts.joined is None or release < facts.joined):
+        starting = max(starting, release)
+    if stopping is not None and starting is not None and starting > stopping:
+        starting = None  # stopped before it was let go
+    marks = [(facts.first, "waiting"), (starting, "starting"), (facts.joined, "alive"), (facts.idle, "idle"),
+             (facts.driver_started, "driver"), (stopping, "stopping")]
+    marks = sorted(((t, kind) for t, kind in marks if t is not None), key=lambda m: (m[0], SEGMENTS.index(m[1])))
+    end = facts.exit_time if facts.exit_time is not None else facts.last
+    segments = []
+    for index, ((start, kind), (stop, _)) in enumerate(zip(marks, marks[1:] + [(end, "")])):
+        start, stop = rel(start), rel(max(stop, start))
+        if stop > start or index == len(marks) - 1:  # the last one even if the log stops right there
+            segments.append([kind, start, stop])
+    return segments
+
+
+def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankFacts], rel) -> list[dict]:
+    head = head or RankFacts(rank=0)
+    joined = [e for e in ranks if e["rank"] != 0 and e["joined_s"] is not None]
+    last_join = max(joined, key=lambda e: e["joined_s"], default=None)
+    peers = head.peers
+    stopped = [f for f in facts.values() if f.stopped is not None]
+    last_stop = max(stopped, key=lambda f: f.stopped, default=None)
+    slowest = max(stopped, key=lambda f: f.stopped_seconds, default=None)
+    exits = [f for f in facts.values() if f.exit_time is not None]
+    last_exit = max(exits, key=lambda f: f.exit_time, default=None)
+
+    def phase(name, time, rank=None, detail=""):
+        return {"phase": name, "s": rel(time), "rank": rank, "detail": detail}
+
+    def joined_at(rank: int) -> float | None:
+        own = facts.get(rank)
+        return own.joined if own is not None and own.joined is not None else peers[rank].joined
+
+    return [
+        phase("session sent", head.session_sent, 0),
+        phase("head alive", head.joined, 0, head.ip),
+        phase("last join", joined_at(last_join["rank"]) if last_join else None, last_join["rank"] if last_join else None,
+              f"{len(joined)} of {_count(len(ranks) - 1, 'worker')} joined" if len(ranks) > 1 else ""),
+        phase("driver start", head.driver_started, 0, head.driver),
+        phase("driver end", head.driver_exited, 0, "" if head.driver_code is None else f"code {head.driver_code}"),
+        phase("teardown", last_stop.stopped if last_stop else None, last_stop.rank if last_stop else None,
+              f"{_count(len(stopped), 'rank')} stopped their Ray; slowest: rank {slowest.rank}, {slowest.stopped_seconds:g} s"
+              + (f" ({slowest.sigkilled} needed SIGKILL)" if slowest.sigkilled else "") if slowest else ""),
+        phase("exit", last_exit.exit_time if last_exit else None, last_exit.rank if last_exit else None,
+              f"{len(exits)} of {_count(len(ranks), 'rank')} logged an exit code"),
+    ]
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"
+
+
+def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
+    """The earliest ERROR line of any rank; one rank 0 relays is the failing rank's own."""
+    candidates = []
+    for f in facts.values():
+        for time, message, cause, _ in f.errors:
+            candidates.append((time, f.rank, f.host, f.log, message, f.rank, cause))
+        for time, rank, host, log, message, cause in f.job_errors:
+            candidates.append((time, rank, host, log, message, f.rank, cause))
+    if not candidates:
+        return None
+    time, rank, host, log, message, reported_by, cause = min(candidates, key=lambda c: (c[0], c[5] != c[1]))
+    return {"s": rel(time), "rank": rank, "host": host, "log": log, "message": message, "reported_by": reported_by,
+            "cause": cause}
+
+
+def _never_reported(entry: dict, facts: RankFacts | None, rel) -> dict:
+    """Why a rank has no join line: no log, its own failure, rank 0 stopping it, or a log that just ends."""
+    never = {"rank": entry["rank"], "host": entry["host"], "log": entry["log"], "why": "no log", "detail": "", "s": None}
+    if entry["status"] == FAILED:
+        return {**never, "why": "failed", "detail": entry["error"], "s": entry["error_s"]}
+    if facts is None:
+        return never
+    if facts.first is None:
+        return {**never, "why": "empty log"}
+    stop = stopping_start(facts)
+    progress = [step for step in facts.steps if stop is None or step[0] < stop] or facts.steps
+    time, step = progress[-1]  # an event's name: the human log's words may change
+    if facts.ended is not None:
+        why = "stopped by rank 0 before joining"
+    elif facts.exit_code is None:
+        why = "log ends before joining (killed, or still running)"
+    else:
+        why = f"exited with code {facts.exit_code} before joining"
+    return {**never, "why": why, "detail": f"last step: {step}", "s": rel(time)}

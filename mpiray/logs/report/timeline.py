@@ -1,0 +1,135 @@
+"""The report (analyse.py) drawn as a time line image: one bar per rank, its segments in colour (`--png`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpiray.logs.report.analyse import FAILED, NEVER_REPORTED, SEGMENTS
+
+COLOURS = {
+    "waiting": "#c7c7c7",
+    "starting": "#f5a623",
+    "alive": "#2ca02c",
+    "idle": "#aec7e8",
+    "driver": "#1f4e9e",
+    "stopping": "#9467bd",
+}
+ERROR_COLOUR = "#d62728"
+
+
+class NoMatplotlib(Exception):
+    pass
+
+
+def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
+    """One horizontal bar per rank (segments in COLOURS), the phases as dotted lines; returns (width, height) in pixels."""
+    try:
+        # A Figure without pyplot: drawn by Agg into the file, no window, no global backend switch.
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+    except ImportError as error:
+        raise NoMatplotlib(f"--png needs matplotlib ({error}): pip install matplotlib") from None
+
+    ranks = report["cluster"] + joined_rows(report, len(report["cluster"]))
+    count = max(len(ranks), 1)
+    many = count > 60
+    row = 0.3 if not many else max(0.02, 16.0 / count)  # inches per rank; large jobs fit in ~16 in
+    labels = {e["rank"]: e.get("label", f"rank {e['rank']}") + (f" ({e['host']})" if e["host"] and not many else "")
+              for e in ranks}
+    series = report.get("nodes_over_time") or []
+    top, bottom, panel = 1.0, 1.0, 1.6 if series else 0.0  # inches: title and phase names; axis label and legend
+    width, height = 12.0, top + bottom + panel + max(row * count, 1.2)
+    left = (0.3 + 0.065 * max(map(len, labels.values()), default=6)) / width
+    fig = Figure(figsize=(width, height), dpi=100)
+    fig.subplots_adjust(left=left, right=0.98, top=1 - top / height, bottom=bottom / height, hspace=0.35)
+    grid = fig.add_gridspec(2 if series else 1, 1, height_ratios=[max(row * count, 1.2), panel] if series else [1])
+    ax = fig.add_subplot(grid[0])
+    times = [s[2] for e in ranks for s in e["segments"]] + [p["s"] for p in report["phases"] if p["s"] is not None]
+    end = max(times + [1.0])
+    used = set()
+    for e in ranks:
+        y = e["rank"]
+        if e["status"] in (FAILED, NEVER_REPORTED):  # a light red row: found at a glance among 1000
+            ax.axhspan(y - 0.5, y + 0.5, color=ERROR_COLOUR, alpha=0.12, linewidth=0, zorder=0)
+        for kind, start, stop in e["segments"]:
+            used.add(kind)
+            logged = stop if e["logged_until_s"] is None else min(stop, max(start, e["logged_until_s"]))
+            ax.barh(y, max(logged - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
+            if stop > logged:  # no line after its last one: it was killed somewhen up to here
+                ax.barh(y, stop - logged, left=logged, height=0.72, color=COLOURS[kind], alpha=0.35,
+                        hatch="///", edgecolor="white", linewidth=0)
+        for error in (e["error_s"], e["job_error_s"]):
+            if error is not None:
+                ax.plot([error], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
+                        markeredgecolor="white", markeredgewidth=0.8, linestyle="none", zorder=5)
+        if not many and not e["has_log"]:
+            ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
+        elif not many and e["exit_code"] is None and e["segments"]:
+            ax.text(e["segments"][-1][2] + end * 0.006, y, "no exit line", va="center", fontsize=8, color="#333333")
+    phases = [p for p in report["phases"] if p["s"] is not None]
+    for index, p in enumerate(sorted(phases, key=lambda p: p["s"])):
+        ax.axvline(p["s"], color="#444444", linestyle=":", linewidth=1, zorder=4)
+        ax.annotate(f"{p['phase']} {p['s']:.1f}s", (p["s"], 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 3 + 11 * (index % 3)), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7.5, color="#222222")
+    ax.set_ylim(count - 0.5, -0.5)
+    ticks = [e["rank"] for e in ranks][:: max(1, count // 40)]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([labels[r] for r in ticks], fontsize=6 if many else 8)
+    ax.set_xlim(0, end * 1.08)
+    ax.grid(axis="x", color="#e6e6e6")
+    ax.set_axisbelow(True)
+    if series:
+        ax = _nodes_panel(fig.add_subplot(grid[1], sharex=ax), series, report.get("autoscaler", []), end)
+    ax.set_xlabel(f"seconds after the job's first event ({report['started'] or 'none'})", fontsize=9)
+    code = report["exit_code"]
+    hosts = len(report["hosts"])
+    fig.suptitle(
+        f"mpiray job {report['job_id']}: start-up timeline, {report['ranks']} ranks on {hosts} host{'s' * (hosts != 1)}, "
+        f"exit code {code if code is not None else 'unknown (no exit line)'}",
+        y=1 - 0.15 / height, va="top", fontsize=11,
+    )
+    handles = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
+    if any(e["error_s"] is not None or e["job_error_s"] is not None for e in ranks):
+        handles.append(Line2D([], [], marker="X", color=ERROR_COLOUR, linestyle="none", markersize=8, label="error"))
+    if report["job_dir_changed_s"] is not None:
+        handles.append(Patch(facecolor="#999999", alpha=0.35, hatch="///", edgecolor="white",
+                             label="after its last line (killed?)"))
+    if any(e["status"] in (FAILED, NEVER_REPORTED) for e in ranks):
+        handles.append(Patch(color=ERROR_COLOUR, alpha=0.12, label="failed / never reported"))
+    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / height), ncol=len(handles),
+               frameon=False, fontsize=9)
+    fig.savefig(path)
+    return round(width * 100), round(height * 100)
+
+
+def joined_rows(report: dict, first: int) -> list[dict]:
+    """The ranks of the jobs that joined the cluster, as more rows of the chart."""
+    rows = []
+    for job in report.get("joined_jobs", []):
+        for r in job["ranks"]:
+            rows.append({"rank": first + len(rows), "label": f"job {job['job_id']} rank {r['rank']}", "host": r["host"],
+                         "status": "failed" if r["error"] else "ok", "segments": r["segments"],
+                         "logged_until_s": None, "error_s": None, "job_error_s": None, "has_log": True,
+                         "exit_code": r["exit_code"]})
+    return rows
+
+
+def _nodes_panel(ax, series: list, decisions: list, end: float):
+    """The cluster's Ray nodes over time (a step line), with the autoscaler's submits and cancels."""
+    times = [s for s, _ in series] + [end]
+    counts = [n for _, n in series]
+    ax.step(times, counts + counts[-1:], where="post", color=COLOURS["alive"], linewidth=2)
+    top = max(counts + [1])
+    for name, marker, colour in (("job_submitted", "^", "#1f4e9e"), ("job_cancelled", "v", "#9467bd")):
+        when = [d["s"] for d in decisions if d["event"] == name]
+        if when:
+            ax.plot(when, [top + 0.4] * len(when), marker=marker, linestyle="none", color=colour,
+                    label=name.replace("_", " "))
+    ax.set_ylim(0, top + 1)
+    ax.set_ylabel("Ray nodes", fontsize=9)
+    ax.grid(color="#e6e6e6")
+    if decisions:
+        ax.legend(loc="upper right", fontsize=8, frameon=False)
+    return ax

@@ -1,0 +1,57 @@
+"""Where mpiray lies, and how a helper process runs one of its modules: worked out here, and only here.
+
+mpiray's helper processes (each rank's `ray start` wrapper, Ray's autoscaler monitor with mpiray's node
+provider, the worker jobs of an elastic cluster) run its modules by name, `python -m mpiray...`, with the
+rank's own interpreter. Where mpiray is installed (site-packages) they find it as the rank did; a rank
+that found it otherwise (a checkout: `python start_ray.py`, `python -m mpiray` in it, or an editable
+install's import hook) gives its helpers the dir that holds it on PYTHONPATH.
+
+The rank's guard is the one helper run by its path (host/processes.py): it runs isolated (`python -I -S`,
+~20 ms to start, nothing of the user's environment), where no package can be found by name.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent  # the mpiray package
+PARENT = ROOT.parent  # the directory that holds it: site-packages, or a checkout
+
+
+def module_command(module: str, python: str = sys.executable) -> list[str]:
+    """How a helper process runs `module` (e.g. "mpiray.raynode.starter"). Python 3.11+ is given -P:
+    the helper's cwd (the user's) is not put first on its path, where a file named like a module of
+    the standard library or of Ray would be imported instead."""
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    return [python, *safe_path, "-m", module]
+
+
+def found_without_help() -> bool:
+    """Whether a new interpreter of this Python finds this mpiray by itself: on its path without the
+    first entry (the running script's dir or the cwd, which a helper does not share), or through an
+    import hook that every interpreter installs (an editable install's)."""
+    here = os.path.realpath(ROOT / "__init__.py")
+    finders = [lambda: importlib.machinery.PathFinder.find_spec("mpiray", [p for p in sys.path[1:] if p])]
+    finders += [lambda f=f: f.find_spec("mpiray", None) for f in sys.meta_path
+                if f is not importlib.machinery.PathFinder and hasattr(f, "find_spec")]
+    for find in finders:
+        try:
+            spec = find()
+        except Exception:  # a foreign finder that cannot answer: ask the next
+            continue
+        if spec is not None and spec.origin and os.path.realpath(spec.origin) == here:
+            return True
+    return False
+
+
+def helper_env(environ: dict[str, str]) -> dict[str, str]:
+    """environ, plus what a helper needs to import mpiray: PARENT first on PYTHONPATH where a new
+    interpreter would not find it by itself (so never site-packages, which would then come before the
+    standard library in the helper's path, nor an editable install's checkout)."""
+    env = dict(environ)
+    if not found_without_help():
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PARENT), env.get("PYTHONPATH", "")]))
+    return env

@@ -1,0 +1,265 @@
+"""The rank protocol, rank 0's side (Head; every other rank's is worker.Worker), up to a running cluster.
+
+Rank 0 sends the session (job id, head address, token) before its head is even up, so every worker
+loads `ray start` (starter.py: ~1 s of imports) while the head starts. Each node's starter.py
+watches the GCS until its own node is ALIVE and says so in the node's output, which the rank reads.
+When the head is ALIVE, rank 0 hands out join slots (slots.py) and a worker lets its `ray start` go
+when it gets one (JOIN): never more joins at once than the GCS and the hosts' CPUs take. Ray's own
+head lookup then succeeds at its first try instead of sleeping 2 s. Each worker reports its verified
+node; rank 0 then runs the leader step (life.py) and sends everyone the exit code (teardown.py).
+
+Messages (tags in messages.py): rank 0 sends each worker SESSION, JOIN and CONTROL; each worker sends
+rank 0 HELLO, REPORT and SETTLED (and STOPPED where the head must stop last, EVENT if its node dies
+later); within a host, LOCAL carries the ranks' views of it and the host's plan.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mpiray.batch import environment
+from mpiray.deadline import Deadline, poll_until
+from mpiray.elastic.autoscale import Autoscale
+from mpiray.elastic.registry import HEARTBEAT_S, Published
+from mpiray.errors import ConfigError, LaunchError, StartupTimeout
+from mpiray.host import network
+from mpiray.logs import progress
+from mpiray.rank.hostsplit import split_host
+from mpiray.rank.messages import (
+    CONTROL,
+    HELLO,
+    JOIN,
+    REPORT,
+    SESSION,
+    SETTLED,
+    STOPPED,
+    Cluster,
+    Report,
+    Session,
+    check_versions,
+    print_summary,
+    resource_fields,
+)
+from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
+from mpiray.rank.slots import Joins, JoinWindow
+from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank
+
+
+class WorkerFailed(LaunchError):
+    """A worker reported a failure: the job ends with its code."""
+
+    def __init__(self, failure: Report):
+        super().__init__(f"rank {failure.rank} on {failure.host} failed: {failure.error} (log: {failure.log})",
+                         failure.exit_code or 1, failure.cause)
+        self.failure = failure
+
+    def event(self) -> tuple[str, dict]:
+        f = self.failure
+        return "worker_failed", {"peer": f.rank, "peer_host": f.host, "message": f.error, "log": f.log,
+                                 "cause": f.cause}
+
+
+class WorkersMissing(StartupTimeout):
+    """Some workers did not report within --startup-timeout."""
+
+    def __init__(self, missing: list[dict], timeout: float):
+        text = "; ".join(f"rank {m['rank']} on {m['host']} (log: {m['log']})" if m["host"] else
+                         f"rank {m['rank']} (never received the session; host unknown)" for m in missing)
+        super().__init__(f"{len(missing)} worker(s) did not join within --startup-timeout {timeout:g} s: {text}")
+        self.fields = {"missing": missing, "missing_count": len(missing), "missing_text": text, "timeout": timeout,
+                       "cause": self.cause}
+
+    def event(self) -> tuple[str, dict]:
+        return "startup_timeout", self.fields
+
+
+class Head:
+    """Rank 0: start the head, share the session, hand out join slots, collect the workers' reports."""
+
+    def __init__(self, me: Rank):
+        self.me = me
+        self.node_ranks: set[int] = set()  # the workers that run a Ray node: the head must outlive their `ray start`
+        self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting
+        self.published: Published | None = None  # this cluster in the registry, for --join and attach
+        self.beat = 0.0  # time.monotonic() of the last heartbeat
+        self.autoscale: Autoscale | None = None  # with --autoscale
+
+    def lead(self) -> Cluster:
+        """The cluster up: this rank's own node first (start_own), then every worker's report."""
+        me, config = self.me, self.me.config
+        own = self.start_own()
+        me.log.event(self.own_alive_event, gcs_address=me.session.gcs_address, ip=own.ip, node_id=own.node_id,
+                     **resource_fields(own.resources))
+        if me.node is not None:
+            me.log.event("node_pids", pids=me.node.pids())
+
+        live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
+        me.log.listeners.append(live.on_event)
+        try:
+            reports = self.collect_reports(own, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)),
+                                           live)
+        finally:
+            me.log.listeners.remove(live.on_event)
+            live.close()
+        if not config.dry_run:
+            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
+        check_versions(reports)
+        nodes = tuple(r for r in reports if r.node_id)
+        cluster = Cluster(me.session, nodes, me.session.job_dir(config.log_dir),
+                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace,
+                          str(me.node.private.path) if me.node else None)
+        me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
+                     gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
+        print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
+        if not config.dry_run:
+            self.publish(cluster)
+            if self.autoscale is not None:
+                self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])
+        return cluster
+
+    own_alive_event = "head_alive"
+
+    def start_own(self):
+        """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
+        me, config = self.me, self.me.config
+        job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
+        me.log.open(config.log_dir / job_id)
+        log_context(me)
+        head_ip = network.head_address(config.interface)
+        if config.port and not network.port_is_free(config.port):
+            raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",
+                              cause="port_in_use")
+        share, ports = split_host(me, job_id, gcs_port=config.port)
+        token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
+        if not config.auth:
+            me.log.event("no_auth")
+        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+        me.comm.send_to_others(me.session, SESSION)
+        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.session.gcs_address)
+
+        autoscaling = ""
+        if config.autoscale and not config.dry_run:
+            self.autoscale = Autoscale(me, job_id, me.session.job_dir(config.log_dir))
+            autoscaling = self.autoscale.write_config(share)
+        spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
+        if config.dry_run:
+            return planned_node(me, spec)
+        me.node.release()
+        head = wait_until_alive(me)
+        if self.autoscale is not None:
+            self.autoscale.own_nodes_are(head.node_id, [])
+        return head
+
+    def publish(self, cluster: Cluster) -> None:
+        """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
+        self.published = Published.head(self.me, cluster)
+
+    def lost(self) -> tuple[str, dict, int] | None:
+        """The cluster's heart stopped: (event, fields, exit code), or None. The head's is its own node."""
+        node = self.me.node
+        if node is None or not node.exited():
+            return None
+        return "head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"}, \
+            HEAD_LOST_EXIT
+
+    def tick(self) -> None:
+        """While the leader runs: the registry's heartbeat."""
+        if self.published is not None and time.monotonic() - self.beat > HEARTBEAT_S:
+            self.beat = time.monotonic()
+            self.published.beat(self.me)
+
+    def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
+        """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
+        ones at the startup timeout."""
+        me = self.me
+        reports: dict[int, Report] = {0: me.report(head)}
+        hellos: dict[int, dict] = {}
+        deadline = Deadline.since(me.started, me.config.startup_timeout)
+
+        def grant() -> None:
+            for rank in joins.grants():
+                me.comm.send(head.node_id, rank, JOIN)
+                me.log.event("join_granted", peer=rank, in_use=len(joins.granted), window=joins.window.size)
+
+        grant()
+        while len(reports) < me.comm.size:
+            live.tick()
+            message = me.comm.poll()
+            if message is None:
+                if deadline.expired():
+                    raise WorkersMissing(_missing(me, reports, hellos), me.config.startup_timeout)
+                me.check()
+                time.sleep(STARTUP_POLL)
+                continue
+            source, tag, payload = message
+            if tag == HELLO:
+                hellos[source] = payload
+                me.log.event("worker_waiting", peer=source, peer_host=payload["host"], log=payload["log"])
+            elif tag == SETTLED:  # a fast worker, done before the others joined
+                self.settled_ranks.add(source)
+            elif tag == REPORT:
+                if payload.error:
+                    raise WorkerFailed(payload)
+                reports[source] = payload
+                if payload.node_id:
+                    me.log.event("worker_joined", peer=source, peer_host=payload.host, ip=payload.node_ip,
+                                 node_id=payload.node_id, seconds=round(payload.seconds, 3),
+                                 **resource_fields(payload.resources))
+                else:
+                    me.log.event("worker_idle", peer=source, peer_host=payload.host)
+                joins.joined(source, started_a_node=bool(payload.node_id))
+                grant()
+        return [reports[r] for r in sorted(reports)]
+
+    # ---- teardown (teardown.py) ----------------------------------------------------------------
+
+    def announce(self, code: int) -> None:
+        self.me.comm.send_to_others(code, CONTROL)
+        if self.published is not None:  # gone from the registry first: nobody joins a cluster that is ending
+            self.published.withdraw(self.me)
+
+    def before_stopping_node(self, head_stops_last: bool) -> None:
+        """Keep the GCS up until every worker's `ray start` is done starting (not on a stop signal),
+        and, where Ray does not drain a node it stops, until every worker's node has stopped."""
+        if self.me.stop.signum is None:
+            self._wait_for_settled()
+        if head_stops_last:
+            self._wait_for_stopped()
+
+    def after_stopping_node(self, head_stops_last: bool) -> None:
+        if self.autoscale is not None:  # Ray's monitor is gone with the head: nothing submits any more
+            self.autoscale.cancel_all()  # pending and running worker jobs alike
+            self.autoscale.remove()
+
+    def _wait_for_settled(self) -> None:
+        """A worker's node is ALIVE, and the driver may run, ~0.3-0.9 s before its `ray start` is done;
+        if the head's GCS went away in between, that `ray start` would hang and its node need SIGKILL.
+        Usually every SETTLED message arrived while the driver ran."""
+        me = self.me
+
+        def all_settled() -> bool:
+            while (message := me.comm.poll(tag=SETTLED)) is not None:
+                self.settled_ranks.add(message[0])
+            return not self.node_ranks - self.settled_ranks
+
+        if not poll_until(all_settled, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
+            me.log.event("settle_late", ranks=sorted(self.node_ranks - self.settled_ranks))
+
+    def _wait_for_stopped(self) -> None:
+        """Before 2.57 (raycompat.check_stop_order) a worker's raylet stopped while the head stops waits
+        for the GCS and needed SIGKILL 5 s later; with the GCS up, workers stop in order in ~0.4 s."""
+        me, stopped = self.me, set()
+
+        def all_stopped() -> bool:
+            while (message := me.comm.poll(tag=STOPPED)) is not None:
+                stopped.add(message[0])
+            return not self.node_ranks - stopped
+
+        if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
+            me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
+
+
+def _missing(me: Rank, reports: dict, hellos: dict) -> list[dict]:
+    return [{"rank": rank, "host": hellos.get(rank, {}).get("host", ""), "log": hellos.get(rank, {}).get("log", "")}
+            for rank in range(me.comm.size) if rank not in reports]

@@ -1,0 +1,51 @@
+"""The ranks of one host agree on its split: each sends the host's first rank what it sees of the host
+(LOCAL), that rank takes the host's port block and plans every rank's share (host/resources.py), and
+sends each its plan."""
+
+from __future__ import annotations
+
+from mpiray.deadline import Deadline
+from mpiray.errors import ConfigError, StartupTimeout
+from mpiray.host import network, resources
+from mpiray.rank.messages import LOCAL
+from mpiray.rank.state import Rank
+
+
+def split_host(me: Rank, job_id: str, gcs_port: int = 0):
+    """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
+    host_comm = me.host_comm
+    deadline = Deadline.after(me.config.startup_timeout)
+    if host_comm.rank == 0:
+        others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.check)
+        if len(others) < host_comm.size - 1:
+            raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
+        views = [me.view] + [others[r] for r in range(1, host_comm.size)]
+        plans = _plan_for(me, views, job_id, gcs_port)
+        for local, plan in enumerate(plans[1:], start=1):
+            host_comm.send(plan, local, LOCAL)
+        plan = plans[0]
+    else:
+        plan = host_comm.receive(0, LOCAL, deadline, me.check)
+        if plan is None:
+            raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
+    host_comm.flush(5)
+    if isinstance(plan, tuple) and isinstance(plan[0], str):
+        raise ConfigError(plan[0], cause=plan[1])
+    return plan
+
+
+def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
+    """The local leader's plan for every rank of the host: (Share, NodePorts), (None, None), or (error, cause)."""
+    config = me.config
+    nodes = 1 if config.ray_node_per == "host" else len(views)
+    problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
+    if problem:
+        return [(problem, "")] * len(views)
+    try:
+        take = network.planned_block if config.dry_run else network.free_block
+        me.port_block = take(job_id, nodes, reserved=gcs_port)
+    except ConfigError as error:
+        return [(str(error), error.cause)] * len(views)
+    for note in me.port_block.notes:
+        me.log.event("port_note", note=note)
+    return resources.plan_host(config, views, me.port_block.base, gcs_port, me.rank == 0, me.env.cpus_per_task)

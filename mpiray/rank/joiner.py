@@ -1,0 +1,100 @@
+"""A batch job that joins another job's running cluster: `start_ray.py --join JOB` (or mpiray.init(join=JOB)).
+
+The same rank life as every job (life.py); only rank 0's role differs. The Joiner reads the cluster
+from the user's registry (registry.py), refuses at once what cannot work (a cluster that is gone,
+another user's, another Ray or Python), then leads its ranks as the head's rank 0 would, except that
+its own node is one more worker of that cluster: the session it sends is the cluster's (its GCS,
+its token, its log dir, where this job's ranks write as join-JOBID-rank-NNNN.*).
+
+With no driver command, the job's nodes serve (leaders/stay.py) until the cluster ends or this job does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from mpiray.batch import environment
+from mpiray.elastic.registry import HEARTBEAT_S, Registry
+from mpiray.errors import LaunchError
+from mpiray.rank.head import Head
+from mpiray.rank.hostsplit import split_host
+from mpiray.rank.messages import SESSION, Session, versions
+from mpiray.rank.ownnode import join, log_context, start_node
+from mpiray.rank.state import Rank
+from mpiray.raynode.gcs import gcs_answers
+
+
+class Joiner(Head):
+    """Rank 0 of a job that joins another's cluster: its own node is a worker there; it leads its own ranks."""
+
+    own_alive_event = "node_alive"
+
+    def __init__(self, me: Rank):
+        super().__init__(me)
+        self.registry = Registry(me.config.registry)
+        self.joined: dict | None = None  # this job in the cluster's registry entry
+
+    def start_own(self):
+        me, config = self.me, self.me.config
+        entry = self.registry.read(config.join)  # gone, or another user's: NoSuchCluster, at once
+        own_job = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
+        session = Session(entry.job_id, entry.head_ip, entry.gcs_address, self.registry.token(entry.job_id),
+                          me.started, log_dir=entry.log_dir, own_job_id=own_job)
+        me.log.open(session.job_dir(config.log_dir), prefix=session.prefix)
+        log_context(me)
+        ours = versions(me.rank)
+        if (entry.ray, entry.python) != (ours["ray"], ours["python"]):
+            raise LaunchError(f"cluster {entry.job_id} runs Ray {entry.ray} on Python {entry.python}, this job Ray "
+                              f"{ours['ray']} on Python {ours['python']}: start this job from the same environment",
+                              exit_code=2, cause="version_skew")
+        if not gcs_answers(entry.gcs_address):
+            raise LaunchError(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
+                              f"or this host cannot reach its host {entry.host}", exit_code=2, cause="no_such_cluster")
+        share, ports = split_host(me, own_job)
+        me.session = session
+        me.comm.send_to_others(session, SESSION)
+        me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
+                     workers=me.comm.size - 1)
+        start_node(me, share, ports, head=False)
+        me.node.release()
+        return join(me)
+
+    def publish(self, cluster) -> None:
+        """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
+        provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
+        self.joined = {"job_id": self.me.session.own_job_id, "host": self.me.host, "pid": os.getpid(),
+                       "nodes": len(cluster.nodes), "cpus": cluster.total_cpus, "gpus": cluster.total_gpus,
+                       "node_ids": [r.node_id for r in cluster.nodes], "started": self.me.started,
+                       "heartbeat": time.time(), "provider_node": provider_node}
+        self._say_joined()
+
+    def _say_joined(self) -> None:
+        try:
+            self.registry.add_join(self.me.session.job_id, self.joined)
+        except OSError as error:
+            self.me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
+
+    def lost(self) -> tuple[str, dict, int] | None:
+        """Its own node ended: the cluster ended first (0), or this node alone is gone (1)."""
+        node = self.me.node
+        if node is None or not node.exited():
+            return None
+        if gcs_answers(self.me.session.gcs_address):
+            return "own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1
+        return "cluster_ended", {"cluster": self.me.session.job_id}, 0
+
+    def tick(self) -> None:
+        if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:
+            self.beat = time.monotonic()
+            self.joined["heartbeat"] = time.time()
+            self._say_joined()
+
+    def announce(self, code: int) -> None:
+        super().announce(code)
+        if self.joined is not None:
+            self.registry.remove_join(self.me.session.job_id, self.joined["job_id"])
+
+    def before_stopping_node(self, head_stops_last: bool) -> None:
+        pass  # the GCS is the cluster's, elsewhere: nobody waits for this job's workers

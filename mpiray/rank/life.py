@@ -1,0 +1,168 @@
+"""A rank's whole life, one function for every front end: run(config, leader).
+
+    setup -> the protocol (rank 0 leads, the others follow) -> rank 0's leader step, watched ->
+    outcome -> teardown -> leave (abandon when a peer died; ignore stop signals in MPI_Finalize)
+
+A front end supplies only the leader step (state.Leader, one of leaders/): the command line runs the
+driver command as a subprocess, the library hands the cluster to the calling script. Whatever the leader
+is, rank 0 watches the same things while it runs: a stop signal, --time-limit, the head's own node, the
+workers' lost nodes. Every rank returns the same exit code: the leader's, or the one
+its failure maps to.
+"""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from typing import Callable
+
+from mpiray.batch import environment
+from mpiray.config import Config
+from mpiray.deadline import Deadline
+from mpiray.errors import Interrupted, LaunchError
+from mpiray.host import processes, resources
+from mpiray.logs.events import RankLog
+from mpiray.rank import teardown
+from mpiray.rank.head import Head
+from mpiray.rank.joiner import Joiner
+from mpiray.rank.messages import EVENT, LOCAL, REPORT
+from mpiray.rank.ownnode import describe_when_started
+from mpiray.rank.signals import StopRequest
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Shutdown
+from mpiray.rank.worker import Worker
+
+
+def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | None = None,
+        process_ends: bool = True, log: RankLog | None = None) -> int:
+    """This rank's whole job; every rank returns the same exit code.
+
+    leader: rank 0's step (unused elsewhere). comm: the communicator (default: MPI's world, whose
+    MPI_Init happens here). stop: how this process hears stop signals (default: installed here).
+    process_ends: the process exits right after (else, e.g. mpiray.init(exit=False), signals are
+    put back as they were, for the program that goes on). log: this rank's log, if made before
+    MPI_Init (early_log).
+    """
+    me = setup(config, comm, stop, log)
+    role = Worker(me) if me.rank else Joiner(me) if config.join else Head(me)
+    code = outcome(me, lambda: drive(me, role, leader) if me.rank == 0 else role.serve())
+    code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
+    leave(me, code, process_ends)
+    return code
+
+
+def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankLog | None = None) -> Rank:
+    """This rank's state, before any rank waits on another: stop signals, MPI, its host's ranks."""
+    if stop is None:
+        stop = StopRequest()
+        stop.install()
+    processes.become_subreaper()
+    env = environment.detect()
+    host = socket.gethostname()
+    if log is None:
+        log = early_log(config) if comm is None else RankLog(0, host)
+    if comm is None:
+        from mpiray.rank.mpi import Comm  # imports mpi4py, whose import is MPI_Init: only here, when it is time
+
+        comm = Comm()
+    log.rank = comm.rank
+    # A collective: every rank calls it first thing, before any rank can wait on another.
+    host_comm = comm.split_by_host()
+    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host())
+    # What a rank sees of its host does not depend on the session: send it before waiting for one.
+    if host_comm.rank != 0:
+        host_comm.send(me.view, 0, LOCAL)
+    return me
+
+
+def early_log(config: Config) -> RankLog:
+    """This rank's log, made before MPI_Init (of MPI's world). Where the job's log dir is already known
+    (a scheduler's job, or --job-id) it opens, and says the rank was launched: a rank whose MPI_Init
+    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id."""
+    env = environment.detect()
+    log = RankLog(env.task_rank or 0, socket.gethostname())
+    job_id = config.job_id or env.job_id
+    if job_id is None or env.task_rank is None:
+        return log
+    try:
+        log.open(config.log_dir / environment.safe_job_id(job_id), provisional=True)
+    except OSError:
+        return log  # said again, with the reason, once the rank knows more
+    log.event("launched", launcher=env.launcher, task=env.task_rank, scheduler=env.scheduler,
+              mpi_type=env.mpi_type, netmod=env.netmod)
+    return log
+
+
+def outcome(me: Rank, step: Callable[[], int]) -> int:
+    """step()'s exit code, or the one its failure maps to (logged; a worker tells rank 0 too)."""
+    comm = me.comm
+    try:
+        problem = environment.singleton_error(me.env, comm.size)
+        if problem:
+            raise LaunchError(problem, cause="mpi_singletons")
+        return step()
+    except Shutdown as shutdown:
+        me.log.event("job_ended", code=shutdown.exit_code)
+        return shutdown.exit_code
+    except Interrupted as interrupted:
+        me.log.event("signalled", signum=interrupted.signum)
+        return interrupted.exit_code
+    except LaunchError as error:
+        name, fields = error.event()
+        me.log.event(name, **fields)
+        if me.rank != 0:  # tell rank 0 now rather than let it wait for the startup timeout
+            comm.send(me.report(error=str(error), exit_code=error.exit_code, cause=error.cause), 0, REPORT)
+        return error.exit_code
+    except Exception:
+        me.log.event("unexpected", traceback=traceback.format_exc())
+        if me.rank != 0:
+            comm.send(me.report(error="unexpected failure, see its log", exit_code=1), 0, REPORT)
+        return 1
+
+
+def drive(me: Rank, head: RankZeroRole, leader: Leader) -> int:
+    """Rank 0: bring the cluster up, then run the leader step and watch it; its exit code is the job's."""
+    cluster = head.lead()
+    leader.start(me, cluster)
+    try:
+        return watch(me, head, leader)
+    finally:
+        leader.close(me)
+
+
+def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
+    """While the leader runs: its end, a stop signal, --time-limit, the cluster's heart (head.lost()), lost
+    worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's heartbeat meanwhile."""
+    config = me.config
+    limit = Deadline.after(config.time_limit) if config.time_limit else None
+    while True:
+        code = leader.poll(DRIVER_POLL)
+        if code is not None:
+            return code
+        describe_when_started(me)
+        head.tick()
+        if me.stop.signum is not None:
+            me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
+            leader.stop(config.stop_grace, 128 + me.stop.signum)
+            return 128 + me.stop.signum
+        if limit is not None and limit.expired():
+            me.log.event("time_limit", limit=config.time_limit, grace=config.stop_grace, cause="time_limit")
+            leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
+            return TIME_LIMIT_EXIT
+        lost = head.lost()
+        if lost is not None:
+            name, fields, code = lost
+            me.log.event(name, **fields)
+            # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
+            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), code)
+            return code
+        while (event := me.comm.poll(tag=EVENT)) is not None:
+            me.log.event("node_lost", peer=event[0], message=event[2])
+
+
+def leave(me: Rank, code: int, process_ends: bool) -> None:
+    """The exit code is decided: no MPI_Finalize if a peer died (its closing barrier would never end);
+    else no stop signal may change the code during MPI_Finalize (or, if the program goes on, the
+    signals are handled as before mpiray)."""
+    if not me.all_met:
+        me.comm.abandon(code)
+    me.stop.release(process_ends)

@@ -1,0 +1,150 @@
+"""What the ranks tell each other: the message tags of the protocol and their payloads.
+
+No mpi4py here: the protocol (head.py, worker.py) runs over any communicator with mpi.Comm's methods,
+an in-memory one in the fast tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpiray.errors import LaunchError
+from mpiray.raynode.commands import node_env
+from mpiray.raynode.raycompat import ray_version
+
+# Message tags (see head.py for who sends which, when).
+SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
+HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
+REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
+CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
+EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
+LOCAL = 6  # within one host: resource and port split
+JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
+SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
+STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
+
+
+@dataclass(frozen=True)
+class Session:
+    """What rank 0 tells every rank before anything starts."""
+
+    job_id: str  # the cluster's: the job whose rank 0 runs the head (its logs, its registry entry)
+    head_ip: str
+    gcs_address: str
+    token: str | None
+    started: float  # rank 0's time.time() at launch, for "seconds to ready"
+    log_dir: str = ""  # where the ranks write (LOG_DIR/JOB_ID); "" for config.log_dir / job_id
+    own_job_id: str = ""  # a job that joined another's cluster (--join): its own id, else ""
+
+    def job_dir(self, log_dir: Path) -> Path:
+        return Path(self.log_dir) if self.log_dir else log_dir / self.job_id
+
+    @property
+    def prefix(self) -> str:
+        """Of this job's files in the cluster's log dir: "" for the cluster's own job, join-ID- for another."""
+        return f"join-{self.own_job_id}-" if self.own_job_id else ""
+
+    @property
+    def ports_job_id(self) -> str:
+        """What picks this job's port blocks (two jobs on one host must differ)."""
+        return self.own_job_id or self.job_id
+
+
+@dataclass(frozen=True)
+class Report:
+    """A rank's answer after starting (or failing to start) its node."""
+
+    rank: int
+    host: str
+    log: str
+    node_ip: str = ""
+    node_id: str = ""
+    resources: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    versions: dict = field(default_factory=dict)
+    error: str = ""
+    exit_code: int = 0  # with error: the code the whole job ends with
+    cause: str = ""  # with error: what kind of failure (errors.LaunchError.cause)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The running cluster, as rank 0's leader step gets it: what a driver needs to use it."""
+
+    session: Session
+    nodes: tuple[Report, ...]  # the ranks that run a Ray node, head first
+    log_dir: Path  # this job's logs: LOG_DIR/JOB_ID
+    token_path: str | None
+    stop_grace: float
+    private_dir: str | None = None  # rank 0's: the driver's RAY_TMPDIR
+
+    @property
+    def total_cpus(self) -> int:
+        return int(sum(r.resources.get("CPU", 0) for r in self.nodes))
+
+    @property
+    def total_gpus(self) -> int:
+        return int(sum(r.resources.get("GPU", 0) for r in self.nodes))
+
+    def driver_env(self, environ: dict[str, str]) -> dict[str, str]:
+        """environ plus what a driver needs to find and use the cluster: RAY_ADDRESS, the token, MPIRAY_*."""
+        env = node_env(dict(environ), None, self.token_path, private_tmp=self.private_dir)
+        env.update(
+            RAY_ADDRESS=self.session.gcs_address,
+            MPIRAY_JOB_ID=self.session.job_id,
+            MPIRAY_LOG_DIR=str(self.log_dir.parent),
+            MPIRAY_NUM_NODES=str(len(self.nodes)),
+            MPIRAY_TOTAL_CPUS=str(self.total_cpus),
+            MPIRAY_TOTAL_GPUS=str(self.total_gpus),
+            MPIRAY_HEAD_IP=self.session.head_ip,
+            MPIRAY_STOP_GRACE=f"{self.stop_grace:g}",  # how long the driver has after SIGTERM
+        )
+        return env
+
+
+def check_versions(reports: list[Report]) -> None:
+    """All ranks must run the same Ray and Python: a mixed cluster fails in obscure ways later."""
+    seen = {tuple(sorted(r.versions.items())) for r in reports}
+    if len(seen) > 1:
+        per_rank = "; ".join(
+            f"rank {r.rank} on {r.host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.versions.items()))
+            for r in reports
+        )
+        raise LaunchError(f"ranks run different versions, refusing to start: {per_rank}", cause="version_skew")
+
+
+def versions(rank: int) -> dict:
+    versions = {"ray": ray_version(), "python": sys.version.split()[0]}
+    # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
+    # report another version, as a rank started from another environment would.
+    fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
+    if fake.startswith(f"{rank}:") and "=" in fake:
+        name, value = fake.split(":", 1)[1].split("=", 1)
+        versions[name] = value
+    return versions
+
+
+def resource_fields(resources: dict) -> dict:
+    """A node's Ray resources as event fields: cpus, gpus, memory_gib."""
+    return {"cpus": float(resources.get("CPU", 0)), "gpus": float(resources.get("GPU", 0)),
+            "memory_gib": round(resources.get("memory", 0) / 2**30, 2)}
+
+
+def describe_resources(resources: dict) -> str:
+    return "{cpus:g} CPUs, {gpus:g} GPUs, {memory_gib:.1f} GiB".format(**resource_fields(resources))
+
+
+def print_summary(job_id: str, gcs_address: str, launch: str, ready: float, reports: list[Report]) -> None:
+    """The cluster table on rank 0's stdout: one line per rank."""
+    nodes = [r for r in reports if r.node_id]
+    print(
+        f"mpiray: job {job_id}: {len(nodes)} Ray nodes on {len({r.host for r in reports})} "
+        f"hosts ready in {ready:.1f} s ({launch}); head {gcs_address}",
+        flush=True,
+    )
+    for r in reports:
+        what = describe_resources(r.resources) if r.node_id else "idle"
+        print(f"  rank {r.rank:>4}  {r.host:<20} {r.node_ip or '-':<15} {what:<36} {r.seconds:5.1f} s", flush=True)

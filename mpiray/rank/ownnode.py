@@ -1,0 +1,171 @@
+"""A rank's own Ray node, as the protocol drives it: start (held), let go, joined and verified, described.
+
+raynode/node.py is the node itself (private dir, token, guard, `ray start`, stop); this module is the glue
+between it and the rank: what the rank logs, how long it waits, when a failed join is tried again,
+and the node's manifest (node_manifest event) once its `ray start` is done starting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mpiray import package
+from mpiray.deadline import Deadline, poll_until
+from mpiray.errors import StartupTimeout
+from mpiray.host import network, processes
+from mpiray.logs.files import ray_output_path, ray_session_logs_path
+from mpiray.rank.messages import JOIN
+from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
+from mpiray.raynode import commands
+from mpiray.raynode.gcs import NodeInfo, gcs_answers
+from mpiray.raynode.node import NodeStartFailed, RayNode
+from mpiray.raynode.raycompat import ray_version
+
+JOIN_ATTEMPTS = 3
+AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provider asks squeue at most this often)
+
+
+def log_context(me: Rank) -> None:
+    me.log.event("rank_started", size=me.comm.size, launch=me.env.describe(),
+                 scheduler=me.env.scheduler, launcher=me.env.launcher, job_id=me.session.job_id if me.session else "",
+                 mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
+
+
+def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscaling_config: str = "") -> commands.NodeSpec:
+    """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so.
+
+    autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""
+    config, session = me.config, me.session
+    if config.dry_run:
+        ray_dir = config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
+    else:
+        job_dir = session.job_dir(config.log_dir)
+        me.node = RayNode.prepare(
+            config.temp_dir, f"r{me.rank}",
+            output_path=ray_output_path(job_dir, me.rank, session.prefix),
+            kept_logs=ray_session_logs_path(job_dir, me.rank, session.prefix),
+            token=session.token,
+        )
+        ray_dir = me.node.ray_dir
+        if me.node.swept:
+            me.log.event("stale_dirs_removed", count=len(me.node.swept), paths=[str(p) for p in me.node.swept])
+    node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
+    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}", config.resources or "",
+                             autoscaling_config)
+    ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
+    argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
+        commands.worker_command(ray, spec, session.gcs_address)
+    role = "head" if head else "worker"
+    for note in share.notes:
+        me.log.event("resource_note", note=note)
+    me.log.event("resources_given", cpus=share.cpus, gpus=",".join(share.gpu_ids), memory_mib=share.memory >> 20,
+                 object_store_mib=share.object_store >> 20)
+    me.log.event("ports_planned", first=ports.node_manager - 1, last=ports.max_worker, gcs=ports.gcs if head else "-")
+    if config.dry_run:
+        me.log.event("dry_run_node", role=role, command=" ".join(argv), argv=argv)
+        return spec
+    me.log.event("private_dir", path=str(me.node.private.path))
+    me.log.event("node_starting", role=role, command=" ".join(argv), argv=argv)
+    me.log.event("node_output", output=str(me.node.output_path), kept_logs=str(me.node.kept_logs))
+    env = commands.node_env(
+        package.helper_env(dict(os.environ)), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None,
+        dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
+        private_tmp=str(me.node.private.path),
+    )
+    # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
+    # as --startup-timeout says instead.
+    env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
+    if autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
+        env["AUTOSCALER_METRIC_PORT"] = str(commands.head_ports(spec).autoscaler_metrics)
+        # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
+        # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
+        env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
+    me.node.start(argv, env, share.affinity, spec)
+    if head and config.dashboard:
+        me.log.event("dashboard", port=ports.dashboard)
+    return spec
+
+
+def planned_node(me: Rank, spec: commands.NodeSpec) -> NodeInfo:
+    """--dry-run: the node this rank would have started, as if the GCS showed it."""
+    share = spec.share
+    return NodeInfo(f"dry-run-{me.rank}", spec.node_ip, spec.node_name, spec.temp_dir,
+                    {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
+
+
+def wait_for_head(me: Rank) -> None:
+    """Until rank 0 gives this rank a join slot: the head is ALIVE, and few enough nodes are joining
+    (this rank's `ray start` failing, or rank 0 stopping the job, end the wait too)."""
+
+    def between() -> None:
+        if me.node is not None:
+            me.node.check_running()
+        me.check()
+
+    if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.session.started, me.config.startup_timeout),
+                  STARTUP_POLL, between) is None:
+        raise StartupTimeout(f"rank 0 gave this rank no join slot within --startup-timeout "
+                             f"{me.config.startup_timeout:g} s (its head was not up, or the nodes before it took "
+                             f"that long to join)")
+
+
+def join(me: Rank) -> NodeInfo:
+    """This worker's node ALIVE: a `ray start` that failed as an overloaded GCS makes it fail (Ray gives a
+    raylet 30 s to register) is started again while the head is up, at most JOIN_ATTEMPTS times."""
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        try:
+            return wait_until_alive(me)
+        except NodeStartFailed as failure:
+            if attempt == JOIN_ATTEMPTS or not failure.retryable or not gcs_answers(me.session.gcs_address):
+                raise
+            me.log.event("join_retry", reason=str(failure), attempt=attempt + 1, attempts=JOIN_ATTEMPTS)
+            me.node.restart(RAY_STOP_GRACE)
+
+
+def wait_until_alive(me: Rank) -> NodeInfo:
+    deadline = Deadline.since(me.session.started, me.config.startup_timeout)
+    node = me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
+    for key, note in me.node.output.compat.items():  # said before the node's ALIVE line, so all here now
+        me.log.event("compat_note", key=key, note=note)
+    return node
+
+
+def describe_when_started(me: Rank) -> bool:
+    """Once this rank's `ray start` is done starting: its manifest, once. True when done starting."""
+    node = me.node
+    if node is None or not node.alive or not node.ray_started():
+        return False
+    if not node.described:
+        node.described = True
+        write_manifest(me)
+    return True
+
+
+def write_manifest(me: Rank) -> None:
+    """The node_manifest event: where the node is, every port its processes listen on, its dirs,
+    versions, the token's fingerprint, resources, and when each start-up phase ended."""
+    node = me.node
+    import hashlib  # ~10 ms of import (OpenSSL): off every rank's start-up path, only here, after it
+
+    interfaces = {address: name for name, address in network.interface_addresses().items()}
+    listening = processes.listening_ports(node.pids())
+    token = hashlib.sha256(me.session.token.encode()).hexdigest()[:16] if me.session.token else "none (--no-auth)"
+    spec = node.spec
+    started = me.session.started
+    me.log.event(
+        "node_manifest",
+        ip=spec.node_ip, interface=interfaces.get(spec.node_ip, "?"), node_name=spec.node_name,
+        listening=listening, planned_ports=vars(spec.ports), temp_dir=spec.temp_dir,
+        session_logs=str(node.kept_logs), output=str(node.output_path),
+        ray=ray_version(), python=sys.version.split()[0], mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),
+        token=f"sha256:{token}" if me.session.token else token,
+        cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
+        object_store=spec.share.object_store,
+        phases={name: round(at - started, 3) for name, at in node.times.items()},
+    )
+
+
+def _mpi4py_version() -> str:
+    module = sys.modules.get("mpi4py")
+    return getattr(module, "__version__", "not loaded")

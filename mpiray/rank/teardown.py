@@ -1,0 +1,97 @@
+"""The end of a rank: stop the leader and this rank's Ray, keep the logs, meet the other ranks.
+
+Every step runs whatever an earlier one did; a failed step is logged and never changes the exit code.
+Order matters where Ray needs it: a worker's `ray start` is let finish starting before its node is
+stopped, and rank 0 keeps the head (the GCS) up until every worker's `ray start` is done (and, where
+Ray does not drain a node it stops, until every worker's node has stopped).
+"""
+
+from __future__ import annotations
+
+from mpiray.deadline import Deadline
+from mpiray.rank.state import RAY_STOP_GRACE, Leader, Rank, Role
+from mpiray.raynode import raycompat
+
+STOP_SIGNAL_RAY_GRACE = 2.0  # after scancel: Ray's processes got the signal too, and a raylet then hangs on SIGTERM
+MEET_MARGIN = 30.0  # seconds past --stop-grace that a rank waits for the others at the end
+
+
+def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
+    """Tear this rank down and return code. leader: rank 0's (None elsewhere)."""
+    config = me.config
+    # A healthy node stops in order in ~1 s; one that does not (GCS lost, or scancel already signalled
+    # raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver.
+    grace = min(config.stop_grace, RAY_STOP_GRACE if me.stop.signum is None else STOP_SIGNAL_RAY_GRACE)
+    last = head_stops_last(me)
+    steps = [
+        ("tell the other ranks", lambda: role.announce(code)),
+        ("stop the driver", lambda: leader.stop(config.stop_grace, code) if leader is not None else None),
+        ("let `ray start` finish starting", lambda: settle(me)),
+        ("keep the head up for the workers' Ray", lambda: role.before_stopping_node(last)),
+        ("stop this rank's Ray node", lambda: stop_node(me, grace)),
+        ("tell rank 0 this rank's Ray node stopped", lambda: role.after_stopping_node(last)),
+        ("keep Ray's logs and remove the private dir", lambda: close_node(me)),
+        ("release the host's port block", lambda: me.port_block.release() if me.port_block else None),
+        ("send the last messages", lambda: me.comm.flush(5)),
+        ("meet the other ranks", lambda: meet(me)),
+        ("drop the messages this rank never read", lambda: drain(me)),
+    ]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as error:
+            me.log.event("teardown_failed", step=what, problem=repr(error))
+    me.log.event("mpi_messages", sent=me.comm.sent + me.host_comm.sent,
+                 received=me.comm.received + me.host_comm.received)
+    me.log.event("exit", code=code)
+    # Never learned the job id: under srun without PMI every task is "rank 0", so use the task rank.
+    job_id = config.job_id or me.env.job_id or "unknown-job"
+    rank = me.env.task_rank if me.comm.size == 1 and me.env.task_rank is not None else me.rank
+    me.log.close(config.log_dir / job_id, rank)
+    return code
+
+
+def head_stops_last(me: Rank) -> bool:
+    """On a normal end, with a Ray that does not drain a node it stops (this rank's node said so; every
+    rank runs the same Ray): rank 0 waits for the workers' STOPPED, which they send."""
+    return (me.stop.signum is None and me.node is not None and me.node.alive
+            and raycompat.DRAIN_ON_STOP in me.node.output.compat)
+
+
+def settle(me: Rank) -> None:
+    """A node is ALIVE ~0.3-0.9 s before its `ray start` is done: signalled in between (a driver that
+    ends at once), it has no handler of its own yet, and its processes were seen to need SIGKILL."""
+    if me.node is not None and me.node.alive and me.stop.signum is None:
+        me.node.settle(Deadline.after(RAY_STOP_GRACE))
+
+
+def stop_node(me: Rank, grace: float) -> None:
+    if me.node is None:
+        return
+    report = me.node.stop(grace)
+    if report.pids:
+        me.log.event("processes_stopped", count=len(report.pids), seconds=round(report.seconds, 3),
+                      killed=report.killed, pids=list(report.pids))
+
+
+def close_node(me: Rank) -> None:
+    if me.node is None:
+        return
+    for problem in me.node.close():
+        me.log.event("teardown_failed", step="close this rank's node", problem=problem)
+    if me.node.kept is not None:
+        me.log.event("logs_kept", path=str(me.node.kept))
+
+
+def meet(me: Rank) -> None:
+    me.all_met = me.comm.barrier(me.config.stop_grace + MEET_MARGIN)
+    if not me.all_met:
+        me.log.event("peer_missing")
+
+
+def drain(me: Rank) -> None:
+    # Every message for this rank was sent before the barrier. One left unread makes MPICH's
+    # MPI_Finalize fail before its PMI barrier, where all the other ranks would then wait forever.
+    dropped = me.comm.drain() + me.host_comm.drain()
+    if dropped:
+        me.log.event("messages_dropped", count=dropped)

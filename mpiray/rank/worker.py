@@ -1,0 +1,100 @@
+"""The rank protocol, every other rank's side: receive the session, start this rank's node (or idle),
+report, then wait for rank 0's exit code, telling rank 0 if the node dies meanwhile (see head.py)."""
+
+from __future__ import annotations
+
+import time
+
+from mpiray.deadline import Deadline
+from mpiray.errors import Interrupted, StartupTimeout
+from mpiray.rank.hostsplit import split_host
+from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
+from mpiray.rank.ownnode import describe_when_started, join, log_context, planned_node, start_node, wait_for_head
+from mpiray.rank.state import DRIVER_POLL, STARTUP_POLL, Rank
+
+
+class Worker:
+    """Every other rank: receive the session, start this rank's node (or idle), report, wait for the end."""
+
+    def __init__(self, me: Rank):
+        self.me = me
+        self.settled = False  # told rank 0 that its `ray start` is done starting
+
+    def serve(self) -> int:
+        self.follow()
+        return self.wait_for_end()
+
+    def follow(self) -> None:
+        me = self.me
+        me.log.event("waiting_for_session")
+        session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.check)
+        if session is None:
+            raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
+        me.session = session
+        me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
+        log_context(me)
+        me.comm.send({"host": me.host, "log": str(me.log.path)}, 0, HELLO)
+        share, ports = split_host(me, session.ports_job_id)
+        if share is None:
+            me.log.event("idle_by_design")
+            me.comm.send(me.report(), 0, REPORT)
+            return
+        spec = start_node(me, share, ports, head=False)
+        me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
+        wait_for_head(me)
+        if me.config.dry_run:
+            node = planned_node(me, spec)
+        else:
+            me.node.release()
+            node = join(me)
+        me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
+        if me.node is not None:
+            me.log.event("node_pids", pids=me.node.pids())
+        me.comm.send(me.report(node), 0, REPORT)
+
+    def wait_for_end(self) -> int:
+        """Idle (sleeping between polls) until rank 0 sends the exit code."""
+        me = self.me
+        reported_death = False
+        give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
+        interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
+        while True:
+            me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
+            if not self.settled and describe_when_started(me):
+                self.send_settled()
+            message = me.comm.poll(0, CONTROL)
+            if message is not None:
+                me.log.event("job_ended", code=message[2])
+                return message[2]
+            if me.node is not None and me.node.exited() and not reported_death:
+                reported_death = True
+                fields = {"code": me.node.exit_code(), "output": str(me.node.output_path)}
+                if me.stop.signum is None:
+                    me.log.event("own_node_exited", **fields)
+                    me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
+                else:  # the signal reached Ray's processes too: expected
+                    me.log.event("node_exited_on_signal", **fields)
+            if me.stop.signum is not None:
+                # Rank 0 got the same signal and is giving the driver its grace period: wait for it.
+                give_up = give_up or Deadline.after(me.config.stop_grace + 10)
+                if give_up.expired():
+                    raise Interrupted(me.stop.signum)
+            time.sleep(interval)
+            interval = min(DRIVER_POLL, interval * 1.5)
+
+    def send_settled(self) -> None:
+        self.me.comm.send(None, 0, SETTLED)
+        self.settled = True
+
+    # ---- teardown (teardown.py) ----------------------------------------------------------------
+
+    def announce(self, code: int) -> None:
+        pass
+
+    def before_stopping_node(self, head_stops_last: bool) -> None:
+        if self.me.node is not None and self.me.node.alive and self.me.stop.signum is None and not self.settled:
+            self.send_settled()
+
+    def after_stopping_node(self, head_stops_last: bool) -> None:
+        if head_stops_last:
+            self.me.comm.send(None, 0, STOPPED)

@@ -1,0 +1,187 @@
+"""`ray start` command lines, built by pure functions (asserted as lists in the tests)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from mpiray.host.network import NodePorts
+from mpiray.host.resources import Share
+from mpiray.package import module_command
+
+# Ray's longest socket path below a temp dir: session_<date>_<time>_<usec>_<pid>/sockets/plasma_store
+SOCKET_SUFFIX = "/session_2026-11-22_03-06-42_431508_4194304/sockets/plasma_store"
+AF_UNIX_PATH_MAX = 107
+
+# Ray's per-node dashboard agent serves metrics (the gRPC server raylet and the GCS send them to, and
+# the Prometheus endpoint) only when these import, ray.dashboard.optional_deps' list, i.e. ray[default];
+# without them (`ray`, `ray[rllib]`) every node's agent runs --minimal and serves neither.
+METRICS_AGENT_MODULES = (
+    "aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry.exporter.prometheus", "opentelemetry.proto",
+    "prometheus_client", "pydantic",
+)
+METRICS_OFF = '--system-config={"enable_metrics_collection":false}'
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package
+        return False
+
+
+def metrics_agent_problem() -> str | None:
+    """Why Ray's agents on this host cannot export metrics (None: they can): ray[default] is missing."""
+    missing = [module for module in METRICS_AGENT_MODULES if not _importable(module)]
+    if not missing:
+        return None
+    return (
+        f"Ray's metrics agent needs ray[default] (missing here: {', '.join(missing)}); "
+        f"pip install 'ray[default]' to export metrics"
+    )
+
+
+def ray_command(niced_import: bool = False) -> list[str]:
+    """How a rank runs `ray ...`: through starter.py, which holds `ray start` until released."""
+    return module_command("mpiray.raynode.starter") + (["--niced-import"] if niced_import else [])
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything one `ray start` needs to know."""
+
+    node_ip: str
+    temp_dir: str
+    share: Share
+    ports: NodePorts
+    node_name: str
+    resources: str = ""  # custom resources, as JSON ({"NODE_ID_AS_RESOURCE": 7}): --resources
+    autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
+    # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
+    full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
+    # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
+    ray_client: bool = field(default_factory=lambda: _importable("grpc"))
+
+
+@dataclass(frozen=True)
+class HeadPorts:
+    """What a head binds beyond NodePorts' slots when ray[default] is installed, from the top of its worker
+    range: Ray's defaults (Ray Client 10001, the dashboard's own metrics 44227) are shared by every job on a host.
+    """
+
+    max_worker: int
+    ray_client: int | None  # `ray start --head` serves Ray Client (ray://) whenever grpcio imports
+    dashboard_metrics: int | None  # a full dashboard process serves its own metrics (DASHBOARD_METRIC_PORT)
+    autoscaler_metrics: int | None = None  # Ray's autoscaler serves its metrics (AUTOSCALER_METRIC_PORT, 44217)
+
+
+def head_ports(spec: NodeSpec) -> HeadPorts:
+    top = spec.ports.max_worker
+    ray_client = top if spec.ray_client else None
+    top -= ray_client is not None
+    dashboard_metrics = top if spec.full_agent else None
+    top -= dashboard_metrics is not None
+    autoscaler_metrics = top if spec.autoscaling_config else None
+    top -= autoscaler_metrics is not None
+    return HeadPorts(top, ray_client, dashboard_metrics, autoscaler_metrics)
+
+
+def _common(spec: NodeSpec, max_worker: int) -> list[str]:
+    ports = spec.ports
+    argv = [
+        "--block",  # stays our child: never daemonized away from the rank that stops it
+        "--disable-usage-stats",
+        f"--node-ip-address={spec.node_ip}",
+        f"--node-name={spec.node_name}",
+        f"--temp-dir={spec.temp_dir}",
+        f"--num-cpus={spec.share.cpus}",
+        f"--num-gpus={len(spec.share.gpu_ids)}",
+        f"--memory={spec.share.memory}",
+        f"--object-store-memory={spec.share.object_store}",
+        f"--node-manager-port={ports.node_manager}",
+        f"--object-manager-port={ports.object_manager}",
+        f"--min-worker-port={ports.min_worker}",
+        f"--max-worker-port={max_worker}",
+        f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
+        f"--runtime-env-agent-port={ports.runtime_env_agent}",
+        # starter.py starts the log monitor once the node is ALIVE: off the start's critical path.
+        "--include-log-monitor=false",
+    ]
+    if spec.resources:
+        argv.append(f"--resources={spec.resources}")
+    if spec.full_agent:
+        # The agent's gRPC server (raylet and the GCS send it metrics) and its Prometheus endpoint.
+        argv += [f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+                 f"--metrics-export-port={ports.metrics_export}"]
+    # A --minimal agent serves neither and writes -1 to its port files, which Ray reads when these ports
+    # are 0 and then does not try; a port given here, raylet and the GCS dial anyway and log an ERROR.
+    return argv
+
+
+def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True) -> list[str]:
+    """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent)."""
+    ports, extra = spec.ports, head_ports(spec)
+    argv = [*ray, "start", "--head", f"--port={ports.gcs}", *_common(spec, extra.max_worker)]
+    if extra.ray_client:  # given without grpcio, a port is an error
+        argv.append(f"--ray-client-server-port={extra.ray_client}")
+    if spec.autoscaling_config:  # Ray's autoscaler grows and shrinks it through worker jobs (provider.py)
+        argv.append(f"--autoscaling-config={spec.autoscaling_config}")
+    else:  # a batch cluster of a fixed set of nodes: the autoscaler monitor would only cost a process
+        argv.append("--no-monitor")
+    if not (metrics and spec.full_agent):
+        # Nothing collects what is not exported: every node's raylet, workers and agent (given
+        # --disable-metrics-collection) take this from the head's config.
+        argv.append(METRICS_OFF)
+    # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
+    # by every job on the host.
+    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", "--dashboard-host=127.0.0.1",
+             f"--dashboard-port={ports.dashboard}"]
+    return argv
+
+
+def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list[str]:
+    return [*ray, "start", f"--address={gcs_address}", *_common(spec, spec.ports.max_worker)]
+
+
+def node_env(
+    environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
+    dashboard_metrics_port: int | None = None, private_tmp: str | None = None,
+) -> dict[str, str]:
+    """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched).
+
+    dashboard_metrics_port: the head's head_ports(spec).dashboard_metrics (Ray reads it from the environment).
+    private_tmp: the rank's private dir, as RAY_TMPDIR (unless the user set one): Ray Tune and Train take
+    their file locks in RAY_TMPDIR/_ray_lockfiles, else in /tmp/_ray_lockfiles, where another user can
+    make the directory first (every lock then fails) or hold a lock (a checkpoint waits forever).
+    """
+    env = dict(environ)
+    if private_tmp:
+        env.setdefault("RAY_TMPDIR", private_tmp)
+    if dashboard_metrics_port:
+        env["DASHBOARD_METRIC_PORT"] = str(dashboard_metrics_port)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    if gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    if token_path:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
+    else:
+        env["RAY_AUTH_MODE"] = "disabled"
+    env.pop("RAY_AUTH_TOKEN", None)  # the token file is the only source
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def socket_path_problem(ray_dir: str, temp_root: str) -> str | None:
+    """Why Ray's Unix sockets under ray_dir (made below temp_root) would exceed the 107-byte AF_UNIX limit."""
+    longest = len(os.fsencode(ray_dir)) + len(SOCKET_SUFFIX)
+    if longest <= AF_UNIX_PATH_MAX:
+        return None
+    ours = len(os.fsencode(ray_dir)) - len(os.fsencode(temp_root))
+    return (
+        f"Ray's socket paths under {ray_dir} would be {longest} bytes, over the {AF_UNIX_PATH_MAX}-byte "
+        f"AF_UNIX limit: give a shorter --temp-dir (or TMPDIR), at most "
+        f"{AF_UNIX_PATH_MAX - len(SOCKET_SUFFIX) - ours} characters, e.g. /tmp"
+    )

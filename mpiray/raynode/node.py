@@ -1,0 +1,206 @@
+"""One Ray node's whole life on a rank: private dir, token, `ray start`, watch, stop, kept logs.
+
+The safety rules of a shared node live here:
+- The rank owns a private dir (private.py: 0700, made with mkdir, so nothing planted before can be
+  reused); Ray gets its child `ray/`. Ray chmods the dir it is given (and its session, sockets and
+  logs dirs) to 0777: harmless below a 0700 parent, which no other user can enter. The token lives
+  beside `ray/`, not in it.
+- A guard process (host/guard.py) removes that dir, and kills the node's process group, if the rank dies.
+  When the batch system SIGKILLs every process of a job step, the guard goes too: the dir records
+  its owner (host, PID, start time), and the next rank of this user on the host removes it.
+- Ray's logs are kept beside the rank's own log with no group/other write bits, under a new name
+  if a run with the same job id kept some there before.
+- Files the rank writes in the log dir are opened without following symlinks (logs/files.py's open_append).
+
+The other end of the protocol with `ray start` is starter.py: it waits for release(), then
+prints the node's GCS record once ALIVE into the node's output, which wait_alive() reads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mpiray.deadline import Deadline, poll_until
+from mpiray.errors import ConfigError, LaunchError, StartupTimeout
+from mpiray.host import processes
+from mpiray.host.guard import keep_ray_logs, start_time
+from mpiray.logs.files import open_append
+from mpiray.raynode.gcs import NodeInfo
+from mpiray.raynode.output import NodeOutput
+from mpiray.raynode.private import GUARD_FILE, PrivateDir, remove_stale
+
+STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
+STACK_DUMP_WAIT = 0.5
+
+
+class NodeStartFailed(LaunchError):
+    """`ray start` exited before its node was ALIVE; retryable if it failed as an overloaded GCS makes it."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message, cause="gcs_overloaded" if retryable else None)
+        self.retryable = retryable
+
+
+class RayNode:
+    """This rank's Ray node: prepare() -> start() -> release() -> wait_alive() -> ... -> stop() -> close()."""
+
+    def __init__(self, private: PrivateDir, guard: processes.Guard, output_path: Path, kept_logs: Path):
+        self.private = private
+        self.guard = guard
+        self.output_path = output_path
+        self.kept_logs = kept_logs
+        self.token_path: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.output: NodeOutput | None = None
+        self.alive = False  # seen ALIVE in the GCS
+        self.kept: Path | None = None  # where close() kept Ray's logs
+        self.swept: list[Path] = []  # stale private dirs of killed ranks, removed by prepare()
+        self.spec = None  # commands.NodeSpec: what start() was asked to start
+        self.times: dict[str, float] = {}  # time.time() of each start-up phase: started, released, alive, settled
+        self.described = False  # its manifest was logged
+
+    @classmethod
+    def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
+        """The private dir (with the token) and its guard, before anything of Ray's runs; first,
+        the dirs of this user's ranks that were killed before they could remove theirs."""
+        swept = remove_stale(temp_root)
+        private = PrivateDir.create(temp_root, label)
+        try:
+            node = cls(private, processes.Guard(private.path, kept_logs), output_path, kept_logs)
+            private._write(GUARD_FILE, f"{node.guard.proc.pid} {start_time(node.guard.proc.pid)}\n")
+        except BaseException:
+            shutil.rmtree(private.path, ignore_errors=True)
+            raise
+        if token:
+            node.token_path = private.write_token(token)
+        node.swept = swept
+        return node
+
+    @property
+    def ray_dir(self) -> Path:
+        return self.private.ray_dir
+
+    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec=None) -> None:
+        """Run starter.py, which imports Ray's CLI now and runs `ray start` once released; all
+        of the node's processes on the CPUs in affinity, if given. spec: the NodeSpec argv was made of."""
+        self._argv, self._env, self._affinity, self.spec = list(argv), dict(env), tuple(affinity), spec
+        self.times["started"] = time.time()
+        try:
+            out = open_append(self.output_path)
+        except OSError as error:
+            raise ConfigError(f"cannot write {self.output_path}: {error}") from None
+        self.output = NodeOutput(self.output_path)
+        self.proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE, affinity=affinity)
+        self.output.copy(self.proc.stdout, out)
+        self.guard.watch_group(self.proc)
+
+    def restart(self, grace: float) -> None:
+        """After a failed start: stop what is left of it, start `ray start` again and let it go."""
+        self.stop(grace)
+        self.start(self._argv, self._env, self._affinity, self.spec)
+        self.release()
+
+    def release(self) -> None:
+        """Let `ray start` go (see starter.py)."""
+        self.times["released"] = time.time()
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it already exited: the wait that follows reports why
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def exit_code(self) -> int:
+        return processes.exit_code(self.proc.returncode)
+
+    def check_running(self) -> None:
+        if self.exited():
+            raise NodeStartFailed(
+                f"`ray start` exited with code {self.exit_code()} before its node joined: "
+                f"{self.output.tail()} (full output: {self.output_path})",
+                retryable=self.output.startup_timed_out,
+            )
+
+    def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
+        """This node as the GCS shows it once ALIVE: starter.py prints that line into the node's output."""
+
+        def alive():
+            if self.output.watch_failed is not None:
+                refused = any(sign in self.output.watch_failed for sign in ("InvalidAuthToken", "Authentication"))
+                raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} "
+                                  f"(see {self.output_path})", cause="foreign_gcs" if refused else None)
+            self.check_running()
+            return self.output.alive
+
+        record = poll_until(alive, deadline, STARTUP_POLL, between)
+        if record is None:
+            self._dump_stacks()
+            raise StartupTimeout(
+                f"this rank's Ray node was not ALIVE at {gcs_address} within --startup-timeout {timeout:g} s "
+                f"(`ray start` output: {self.output.tail(settle=0)}; its threads' stacks are at the end of {self.output_path})"
+            )
+        self.alive = True
+        self.times["alive"] = time.time()
+        return NodeInfo(**record)
+
+    def _dump_stacks(self) -> None:
+        """Ask starter.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
+        try:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return
+        time.sleep(STACK_DUMP_WAIT)
+
+    def ray_started(self) -> bool:
+        """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
+        done = self.output.ray_started or self.exited()
+        if done and "settled" not in self.times:
+            self.times["settled"] = time.time()
+        return done
+
+    def settle(self, deadline: Deadline) -> None:
+        """Before stopping an ALIVE node, let its `ray start` finish starting (until the deadline).
+
+        The node is ALIVE ~0.3-0.9 s before `ray start` is done; signalled in between (a driver that
+        ends at once), it has no handler of its own yet, and its processes were seen to need SIGKILL.
+        """
+        poll_until(self.ray_started, deadline, STARTUP_POLL)
+
+    def pids(self) -> list[int]:
+        return processes.descendant_pids(frozenset([self.guard.proc.pid]))
+
+    def stop(self, grace: float) -> processes.StopReport:
+        """Stop `ray start` (an orderly stop in ~1 s), then whatever this rank still runs but its guard."""
+        return processes.stop_descendants([self.proc] if self.proc else [], grace, keep=frozenset([self.guard.proc.pid]))
+
+    def close(self) -> list[str]:
+        """Keep Ray's logs, remove the private dir, let the guard go; each step runs whatever the others did.
+
+        Returns what failed, for the rank's log; self.kept is where Ray's logs went (None: nowhere).
+        """
+        problems = []
+        try:
+            self.kept = keep_ray_logs(self.ray_dir, self.kept_logs)
+        except Exception as error:
+            problems.append(f"could not keep Ray's logs in {self.kept_logs}: {error!r}")
+        try:
+            self.private.remove()
+        except FileNotFoundError:
+            pass
+        except Exception as error:
+            problems.append(f"could not remove {self.private.path}: {error!r}")
+        try:
+            self.guard.release()
+        except Exception as error:
+            problems.append(f"could not release the guard (pid {self.guard.proc.pid}): {error!r}")
+        return problems
+

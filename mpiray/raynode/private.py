@@ -1,0 +1,138 @@
+"""A rank's private dir: the one place of a shared node that no other user can enter.
+
+    TEMP_DIR/mpiray-UID-LABEL-RANDOM/     0700, made with mkdir (nothing planted before is reused)
+        ray/                              the temp dir handed to Ray (it chmods it and below to 0777)
+        auth_token                        0600: the cluster's token, beside ray/, never in it
+        owner, guard                      who made the dir and who tends it: a dir whose both are gone
+                                          is removed by the next rank of this user on the host
+
+Short names, so that Ray's socket paths below it fit 107 bytes (checked before it is made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpiray.errors import ConfigError
+from mpiray.host.guard import start_time
+from mpiray.raynode import commands
+
+OWNER_FILE = "owner"  # "HOST BOOT_ID PID_NAMESPACE PID START_TIME" of the process that made a private dir
+GUARD_FILE = "guard"  # "PID START_TIME" of its guard
+NAME_CHARACTERS = string.ascii_lowercase + string.digits
+
+
+@dataclass(frozen=True)
+class PrivateDir:
+    """A directory only this user can enter: the token, and the temp dir handed to Ray, below it."""
+
+    path: Path
+
+    @property
+    def ray_dir(self) -> Path:
+        return self.path / "ray"
+
+    @property
+    def token_path(self) -> Path:
+        return self.path / "auth_token"
+
+    @property
+    def owner_path(self) -> Path:
+        return self.path / OWNER_FILE
+
+    @classmethod
+    def create(cls, root: Path, label: str) -> PrivateDir:
+        """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
+        problem = commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
+        if problem:
+            raise ConfigError(problem, cause="socket_path_too_long")
+        for _ in range(100):
+            # 36**6 names: no one can plant them all. Short, as the socket paths below must stay short.
+            tag = "".join(NAME_CHARACTERS[byte % len(NAME_CHARACTERS)] for byte in os.urandom(6))
+            path = root / f"mpiray-{os.getuid()}-{label}-{tag}"
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:  # someone's (maybe planted) entry: never reuse it, take another name
+                continue
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) "
+                    f"at a writable node-local directory", cause="temp_dir"
+                ) from None
+            private = cls(path)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+                raise ConfigError(f"the temp dir {path} is not a private directory of this user", cause="temp_dir")
+            private.ray_dir.mkdir(mode=0o700)
+            private._write(OWNER_FILE, f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
+            return private
+        raise ConfigError(f"cannot find a free name for a temp dir in {root}", cause="temp_dir")
+
+    def write_token(self, token: str) -> Path:
+        return self._write(self.token_path.name, token)
+
+    def _write(self, name: str, text: str) -> Path:
+        path = self.path / name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+        except OSError as error:
+            raise ConfigError(f"cannot write {path}: {error.strerror}") from None
+        return path
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path)  # fd-based on Linux: a symlink inside is removed, never followed
+
+
+def where_we_are() -> tuple[str, str, str]:
+    """(host, boot id, PID namespace): where a PID names the same process as here."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid").replace(" ", "")
+    except OSError:
+        boot = namespace = "unknown"
+    return socket.gethostname(), boot, namespace
+
+
+def _read_small(path: Path) -> list[str]:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd) as small:
+        return small.read(300).split()
+
+
+def _gone(pid: str, started: str) -> bool:
+    return start_time(int(pid)) != started
+
+
+def remove_stale(root: Path) -> list[Path]:
+    """Remove this user's private dirs under root that nobody tends any more (their job step was
+    SIGKILLed whole, rank and guard alike); return them. Only plain 0700 dirs of this user whose
+    owner file says they were made here (same host, boot and PID namespace) by a process that is
+    gone, and whose guard (if it started) is gone too, are touched: a dir still being made (no owner
+    file yet), one a guard is still tidying up, or one of a rank in another container is left."""
+    removed = []
+    here, uid = list(where_we_are()), os.getuid()
+    for path in root.glob(f"mpiray-{uid}-*"):
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or stat.S_IMODE(info.st_mode) & 0o077:
+                continue
+            *made_at, pid, started = _read_small(path / OWNER_FILE)
+            if made_at != here or not _gone(pid, started):
+                continue
+            guard = _read_small(path / GUARD_FILE) if (path / GUARD_FILE).exists() else None
+            if guard and not _gone(*guard):
+                continue
+        except (OSError, ValueError, TypeError):  # gone meanwhile, no owner file yet, or not ours to read
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # another rank may be removing it too
+        if not path.exists():
+            removed.append(path)
+    return removed

@@ -1,0 +1,73 @@
+"""The registry of running clusters (mpiray/elastic/registry.py): private to its user, atomic, stale
+entries found and removed. (A real second user's attack on it: tests/test_shared_node.py.)"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from mpiray.elastic.registry import STALE_AFTER_S, Entry, NoSuchCluster, Registry
+from mpiray.errors import ConfigError
+
+
+def entry(job_id: str = "1234", **changes) -> Entry:
+    fields = dict(job_id=job_id, gcs_address="10.0.0.1:25200", head_ip="10.0.0.1", host="n1", pid=4242,
+                  uid=os.getuid(), ray="2.60.0", python="3.11.7", log_dir="/logs/1234", started=time.time() - 5,
+                  heartbeat=time.time())
+    return Entry(**{**fields, **changes})
+
+
+def test_a_published_cluster_is_read_back_with_its_token_and_nothing_secret_in_the_entry(tmp_path):
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "s3cret")
+    assert registry.read("1234").gcs_address == "10.0.0.1:25200"
+    assert registry.token("1234") == "s3cret"
+    assert "s3cret" not in registry.entry_path("1234").read_text()
+    for path in (registry.root, registry.entry_path("1234"), registry.token_path("1234")):
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, path
+    assert [e.job_id for e in registry.running()] == ["1234"]
+    assert not [p for p in registry.root.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_missing_gone_or_foreign_cluster_is_a_clear_error_at_once(tmp_path):
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry("1"), None)
+    with pytest.raises(NoSuchCluster, match=r"no running cluster '2' in .* \(running: 1\)"):
+        registry.read("2")
+    registry.publish(entry("old", heartbeat=time.time() - STALE_AFTER_S - 1), "t")
+    with pytest.raises(NoSuchCluster, match="cluster 'old' is gone: no heartbeat for"):
+        registry.read("old")
+    assert not registry.entry_path("old").exists() and not registry.token_path("old").exists()  # cleaned
+    registry.publish(entry("ended", ends_at=time.time() - STALE_AFTER_S - 1), "t")
+    assert [e.job_id for e in registry.running()] == ["1"]  # the walltime passed: removed on the way
+    registry.publish(entry("theirs", uid=os.getuid() + 1), "t")
+    with pytest.raises(NoSuchCluster, match="belongs to uid"):
+        registry.read("theirs")
+    assert registry.token("1") is None  # a cluster started with --no-auth
+
+
+def test_a_registry_that_is_not_the_users_own_is_refused(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(ConfigError, match="is not a directory of yours"):
+        Registry(link).publish(entry(), "t")
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o777)
+    os.chmod(loose, 0o777)
+    Registry(loose).publish(entry(), "t")
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700  # ours: made private again
+
+
+def test_joined_jobs_are_kept_beside_their_cluster_and_go_with_it(tmp_path):
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "t")
+    registry.add_join("1234", {"job_id": "77", "nodes": 2, "cpus": 4, "gpus": 0, "heartbeat": time.time()})
+    assert [j["job_id"] for j in registry.joins("1234")] == ["77"]
+    registry.remove_join("1234", "77")
+    assert registry.joins("1234") == []
+    registry.add_join("1234", {"job_id": "78", "nodes": 1, "cpus": 2, "gpus": 0, "heartbeat": time.time()})
+    registry.remove("1234")
+    assert not list(registry.root.iterdir())

@@ -1,0 +1,106 @@
+"""Ranks on one host split it: the sum of what they give Ray never exceeds the host."""
+
+import pytest
+
+from mpiray.host.resources import HostView, check_object_store, rank_share, visible_gpus
+
+GIB = 2**30
+
+
+def views(n, cpus=range(2), memory=24 * GIB, shm=12 * GIB, gpus=(), bound=False):
+    cpus = list(cpus)
+    out = []
+    for i in range(n):
+        affinity = tuple(cpus[i::n]) if bound else tuple(cpus)
+        out.append(HostView("h", affinity, memory, shm, tuple(gpus)))
+    return out
+
+
+@pytest.mark.parametrize("ranks, host_cpus", [(1, 2), (2, 2), (4, 2), (3, 8), (4, 64)])
+def test_unbound_ranks_divide_the_host_cpus(ranks, host_cpus):
+    vs = views(ranks, cpus=range(host_cpus))
+    shares = [rank_share(vs, i) for i in range(ranks)]
+    assert sum(s.cpus for s in shares) == host_cpus
+    assert max(s.cpus for s in shares) - min(s.cpus for s in shares) <= 1
+
+
+def test_bound_ranks_own_their_masks():
+    vs = views(4, cpus=range(8), bound=True)
+    assert [rank_share(vs, i).cpus for i in range(4)] == [2, 2, 2, 2]
+
+
+def test_memory_and_object_store_sum_to_the_host_and_fit_shm():
+    vs = views(4, memory=24 * GIB, shm=4 * GIB)
+    shares = [rank_share(vs, i) for i in range(4)]
+    assert sum(s.memory + s.object_store for s in shares) <= 24 * GIB
+    assert sum(s.object_store for s in shares) <= 4 * GIB
+    assert any("/dev/shm" in note for note in shares[0].notes)
+
+
+def test_gpus_are_dealt_out_without_overlap():
+    vs = views(2, gpus=("0", "1", "2", "3"))
+    assert rank_share(vs, 0).gpu_ids == ("0", "2")
+    assert rank_share(vs, 1).gpu_ids == ("1", "3")
+
+
+def test_overrides_win():
+    vs = views(2, cpus=range(8))
+    share = rank_share(vs, 0, num_cpus=1, object_store_memory=GIB)
+    assert share.cpus == 1 and share.object_store == GIB
+    assert rank_share(vs, 0, cpus_per_task=2).cpus == 2
+
+
+def test_object_store_that_does_not_fit_is_refused():
+    view = views(1, memory=8 * GIB, shm=2 * GIB)[0]
+    assert check_object_store(None, view, 4) is None
+    assert check_object_store(GIB // 4, view, 4) is None
+    problem = check_object_store(GIB, view, 4)
+    assert "/dev/shm" in problem and "h" in problem
+
+
+def test_visible_gpus_from_environment():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+
+
+def test_a_host_plan_gives_each_rank_its_share_and_block_or_idles_it():
+    from mpiray.config import Config
+    from mpiray.host.resources import plan_host
+
+    per_rank = plan_host(Config(head_cpus=0), views(2, cpus=range(8)), 24000, 24000, True, None)
+    assert [share.cpus for share, _ in per_rank] == [0, 4]  # --head-cpus 0 for the head only
+    assert [ports.node_manager for _, ports in per_rank] == [24001, 24101]
+    assert per_rank[0][1].gcs == 24000
+    per_host = plan_host(Config(ray_node_per="host"), views(3, cpus=range(6), bound=True), 25000, 0, False, None)
+    assert per_host[1:] == [(None, None), (None, None)]
+    assert per_host[0][0].cpus == 6  # the merged masks of the host's three ranks
+
+
+def test_the_head_hosts_other_nodes_leave_one_cpu_to_the_gcs():
+    from mpiray.config import Config
+    from mpiray.host.resources import head_core, plan_host
+
+    plans = plan_host(Config(), views(3, cpus=range(8)), 24000, 24000, True, None)
+    head, *workers = [share for share, _ in plans]
+    assert head.affinity == ()  # the head keeps the rank's own CPUs, the kept one among them
+    assert all(w.affinity == tuple(range(7)) for w in workers)
+    assert "CPU 7 is left to the head's GCS: this node runs on CPUs 0-6" in workers[0].notes
+    assert sum(share.cpus for share in (head, *workers)) == 8  # Ray's CPU counts do not change
+    # Nothing to keep: another host than the head's, ranks bound to their own CPUs, one node, one CPU.
+    assert all(share.affinity == () for share, _ in plan_host(Config(), views(3, cpus=range(8)), 24000, 0, False, None))
+    assert head_core(views(4, cpus=range(8), bound=True)) is None
+    assert head_core(views(1, cpus=range(8))) is None
+    assert head_core(views(3, cpus=[5]), "on") is None
+    assert head_core(views(2, cpus=[0, 2, 9]), "on") == 9
+    # auto: only on hosts of 8 CPUs or more; on and off say so for any host.
+    assert head_core(views(4, cpus=range(7))) is None and head_core(views(4, cpus=range(7)), "on") == 6
+    assert head_core(views(4, cpus=range(64)), "off") is None
+
+
+def test_a_node_left_only_the_head_cpu_keeps_its_own():
+    from mpiray.host.resources import rank_share
+
+    overlapping = [HostView("h", (0, 1), GIB, GIB, ()), HostView("h", (1,), GIB, GIB, ()), HostView("h", (0, 1), GIB, GIB, ())]
+    assert rank_share(overlapping, 1, head_core=1).affinity == ()
+    assert rank_share(overlapping, 2, head_core=1).affinity == (0,)
+    assert rank_share(overlapping, 2, head_core=7).affinity == ()  # not this rank's CPU: nothing to leave

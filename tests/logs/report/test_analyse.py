@@ -1,0 +1,314 @@
+"""A job's events read into the report (mpiray/logs/report/parse.py, analyse.py, render.py): the table, the
+phases, the failing rank, partial logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+import pytest
+from mpiray import cli
+from mpiray.logs import report as joblogs
+from mpiray.logs.events import KINDS
+from mpiray.logs.report import parse, render, timeline
+from mpiray.logs.report.analyse import analyse as analyse_logs
+from helpers import (
+    BIN,
+    ROOT,
+    Launch,
+    alive_pids,
+    assert_nothing_left,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_pid,
+    wait_for_event,
+)
+
+
+def rec(stamp: str, rank: int, host: str, process: int, event: str, **fields) -> dict:
+    """One event record as a rank writes it; stamp in local time, as the human log shows it."""
+    seconds = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + stamp[19:])
+    return {"v": 1, "time": seconds, "rank": rank, "host": host, "pid": process, "event": event,
+            "level": KINDS[event].level, "fields": fields}
+
+
+def rank0(stamp, event, **fields):
+    return rec(f"2026-11-23 15:39:{stamp}", 0, "vm", 1901, event, **fields)
+
+
+def rank1(stamp, event, **fields):
+    return rec(f"2026-11-23 15:39:{stamp}", 1, "node2", 1902, event, **fields)
+
+
+CONTEXT = dict(launch="scheduler none, launcher hydra, 2 tasks", mpi="MPICH Version: 5.0.2", ray="2.60.0",
+               python="3.11.7")
+
+
+NODE = dict(cpus=1.0, gpus=0.0, memory_gib=4.1)
+
+
+OK_RANK0 = [
+    rank0("14.501", "rank_started", size=2, **CONTEXT),
+    rank0("14.555", "session_sent", workers=1, gcs_address="192.0.2.2:27200"),
+    rank0("14.556", "resources_given", cpus=1, gpus="", memory_mib=4218, object_store_mib=1807),
+    rank0("14.556", "node_starting", role="head", command="python -m mpiray.raynode.starter start --head --port=27200"),
+    rank0("16.175", "head_alive", gcs_address="192.0.2.2:27200", ip="192.0.2.2", node_id="54e0afa1b13c", **NODE),
+    rank0("16.177", "node_pids", pids=[1910, 1923]),
+    rank0("16.190", "join_granted", peer=1, in_use=1, window=8),
+    rank0("16.198", "worker_waiting", peer=1, peer_host="node2", log="logs/j/rank-0001.log"),
+    rank0("17.764", "worker_joined", peer=1, peer_host="node2", ip="192.0.2.3", node_id="c9aa", seconds=3.2, **NODE),
+    rank0("17.765", "cluster_ready", workers=1, nodes=2, cpus=2.0, gpus=0.0, seconds=3.3),
+    rank0("17.800", "driver_started", pid=2042, command="python my_driver.py --epochs 3", output="logs/j/driver.log"),
+    rank0("20.800", "driver_exited", code=0),
+    rank0("21.500", "processes_stopped", count=8, seconds=0.7, killed=0, pids=[1910, 1923]),
+    rank0("21.826", "exit", code=0),
+]
+
+
+OK_RANK1 = [
+    rank1("14.498", "waiting_for_session"),
+    rank1("14.654", "rank_started", size=2, **CONTEXT),
+    rank1("14.665", "node_starting", role="worker", command="python -m mpiray.raynode.starter --niced-import start"),
+    rank1("14.678", "worker_will_connect", ip="192.0.2.3", gcs_address="192.0.2.2:27200"),
+    rank1("17.721", "node_alive", ip="192.0.2.3", node_id="c9aa923f668d", **NODE),
+    rank1("20.810", "job_ended", code=0),
+    rank1("21.387", "processes_stopped", count=6, seconds=0.5, killed=1, pids=[1916, 2098]),
+    rank1("21.832", "exit", code=0),
+]
+
+
+def at(stamp, rank, host, pid, event, **fields):
+    return rec(f"2026-11-23 15:16:{stamp}", rank, host, pid, event, **fields)
+
+
+# Rank 3 of 4 fails at once (a bad --temp-dir); rank 0 relays it and stops everyone; rank 2 has no log.
+TEMP_DIR_ERROR = ("cannot create the temp dir /nonexistent-dir/mpiray-0-r3-itlx7g: No such file or directory; point "
+                  "--temp-dir (or TMPDIR) at a writable node-local directory")
+
+
+FAILED_RANK0 = [
+    at("42.832", 0, "vm", 23408, "rank_started", size=4, launch="scheduler none, launcher hydra, 4 tasks"),
+    at("42.892", 0, "vm", 23408, "session_sent", workers=3, gcs_address="192.0.2.2:25200"),
+    at("42.896", 0, "vm", 23408, "node_starting", role="head", command="python -m mpiray.raynode.starter start --head"),
+    at("44.742", 0, "vm", 23408, "head_alive", gcs_address="192.0.2.2:25200", ip="192.0.2.2", node_id="6c77d7", **NODE),
+    at("44.766", 0, "vm", 23408, "worker_waiting", peer=2, peer_host="vm2", log="/j/rank-0002.log"),
+    at("44.766", 0, "vm", 23408, "worker_failed", peer=3, peer_host="vm", message=TEMP_DIR_ERROR,
+       log="/j/rank-0003.log", cause="temp_dir"),
+    at("46.042", 0, "vm", 23408, "processes_stopped", count=7, seconds=0.7, killed=0, pids=[23435, 23479]),
+    at("46.152", 0, "vm", 23408, "exit", code=2),
+]
+
+
+FAILED_RANK1 = [
+    at("42.829", 1, "vm", 23409, "waiting_for_session"),
+    at("42.991", 1, "vm", 23409, "rank_started", size=4, launch="scheduler none, launcher hydra, 4 tasks"),
+    at("42.999", 1, "vm", 23409, "node_starting", role="worker", command="python -m mpiray.raynode.starter --niced-import start"),
+    at("43.003", 1, "vm", 23409, "worker_will_connect", ip="192.0.2.2", gcs_address="192.0.2.2:25200"),
+    at("44.774", 1, "vm", 23409, "job_ended", code=2),
+    at("44.831", 1, "vm", 23409, "processes_stopped", count=1, seconds=0.1, killed=0, pids=[23440]),
+    at("46.206", 1, "vm", 23409, "exit", code=2),
+]
+
+
+FAILED_RANK3 = [
+    at("42.833", 3, "vm", 23411, "waiting_for_session"),
+    at("42.990", 3, "vm", 23411, "rank_started", size=4, launch="scheduler none, launcher hydra, 4 tasks"),
+    at("42.990", 3, "vm", 23411, "failed", message=TEMP_DIR_ERROR, cause="temp_dir"),
+    at("46.283", 3, "vm", 23411, "exit", code=2),
+]
+
+
+# Rank 0 times out waiting for rank 1, whose log is missing (e.g. a node-local disk).
+TIMEOUT_RANK0 = [rec(f"2026-11-23 14:55:{stamp}", 0, "n1", 4398, event, **fields) for stamp, event, fields in [
+    ("35.046", "rank_started", dict(size=2, launch="scheduler slurm, launcher srun, 2 tasks")),
+    ("35.206", "session_sent", dict(workers=1, gcs_address="10.0.0.1:24800")),
+    ("35.206", "node_starting", dict(role="head", command="python -m mpiray.raynode.starter start --head")),
+    ("40.746", "head_alive", dict(gcs_address="10.0.0.1:24800", ip="10.0.0.1", node_id="7961b5", cpus=1.0, gpus=0.0,
+                                  memory_gib=2.1)),
+    ("40.771", "worker_waiting", dict(peer=1, peer_host="n2", log="logs/2/rank-0001.log")),
+    ("50.042", "startup_timeout", dict(missing=[{"rank": 1, "host": "n2", "log": "logs/2/rank-0001.log"}],
+                                       missing_count=1, timeout=15.0, cause="startup_timeout",
+                                       missing_text="rank 1 on n2 (log: logs/2/rank-0001.log)")),
+    ("53.839", "processes_stopped", dict(count=7, seconds=3.8, killed=0, pids=[4457])),
+    ("56.756", "exit", dict(code=1)),
+]]
+
+
+def analyse(*logs: list | None, job_id: str = "j", changed: float | None = None, ray_logs=None) -> dict:
+    records = {r: (f"/j/rank-{r:04d}.log", t) for r, t in enumerate(logs) if t is not None}
+    return analyse_logs(job_id, "/j", records, changed, ray_logs)
+
+
+def by_rank(report: dict) -> dict[int, dict]:
+    return {entry["rank"]: entry for entry in report["cluster"]}
+
+
+def phase(report: dict, name: str) -> float | None:
+    return next(p["s"] for p in report["phases"] if p["phase"] == name)
+
+
+def replace(records: list[dict], event: str, *new: dict) -> list[dict]:
+    """records with the first `event` replaced by new (none: removed)."""
+    index = next(i for i, r in enumerate(records) if r["event"] == event)
+    return records[:index] + list(new) + records[index + 1:]
+
+
+def test_a_clean_job_reads_as_a_table_and_its_phases():
+    report = analyse(OK_RANK0, OK_RANK1)
+    ranks = by_rank(report)
+    assert report["ranks"] == 2 and report["hosts"] == ["node2", "vm"] and report["exit_code"] == 0
+    assert [ranks[r]["status"] for r in (0, 1)] == ["ok", "ok"]
+    assert ranks[1]["ip"] == "192.0.2.3" and ranks[1]["resources"] == {"cpus": 1.0, "gpus": 0.0, "memory_gib": 4.1}
+    # Times are after the job's first event: rank 1's waiting_for_session at 15:39:14.498.
+    assert report["started"] == "2026-11-23 15:39:14.498"
+    assert ranks[0]["joined_s"] == pytest.approx(1.677) and ranks[1]["joined_s"] == pytest.approx(3.223)
+    assert phase(report, "session sent") == pytest.approx(0.057)
+    assert phase(report, "head alive") == pytest.approx(1.677)
+    assert phase(report, "last join") == pytest.approx(3.223)
+    assert phase(report, "driver start") == pytest.approx(3.302)
+    assert phase(report, "driver end") == pytest.approx(6.302)
+    assert phase(report, "teardown") == pytest.approx(7.002)
+    assert phase(report, "exit") == pytest.approx(7.334)
+    assert report["driver"] == "python my_driver.py --epochs 3" and report["driver_exit_code"] == 0
+    assert report["first_error"] is None and report["never_reported"] == [] and report["unfinished"] == []
+    assert ranks[1]["stopped"] == {"processes": 6, "seconds": 0.5, "sigkilled": 1}
+    assert report["causes"] == []
+
+
+def test_segments_show_each_ranks_start_up_in_order():
+    ranks = by_rank(analyse(OK_RANK0, OK_RANK1))
+    assert [s[0] for s in ranks[0]["segments"]] == ["waiting", "starting", "alive", "driver", "stopping"]
+    assert [s[0] for s in ranks[1]["segments"]] == ["waiting", "starting", "alive", "stopping"]
+    # A worker's `ray start` may go only once it holds a join slot: it waits until then.
+    assert ranks[1]["segments"][1][1] == pytest.approx(1.692)
+    for entry in ranks.values():
+        ends = [t for segment in entry["segments"] for t in segment[1:]]
+        assert ends == sorted(ends)
+    assert ranks[0]["segments"][-1][2] == pytest.approx(7.328)  # its exit event
+
+
+def test_a_failed_start_names_the_failing_rank_first_and_the_ranks_that_never_reported():
+    report = analyse(FAILED_RANK0, FAILED_RANK1, None, FAILED_RANK3)
+    ranks = by_rank(report)
+    assert report["ranks"] == 4 and report["exit_code"] == 2
+    assert [ranks[r]["status"] for r in range(4)] == ["ok", "never reported", "never reported", "failed"]
+    error = report["first_error"]
+    assert (error["rank"], error["host"], error["log"], error["reported_by"]) == (3, "vm", "/j/rank-0003.log", 3)
+    assert error["message"].startswith("cannot create the temp dir /nonexistent-dir") and error["cause"] == "temp_dir"
+    never = {n["rank"]: n for n in report["never_reported"]}
+    assert sorted(never) == [1, 2, 3]
+    assert never[1]["why"] == "stopped by rank 0 before joining"
+    assert never[1]["detail"] == "last step: worker_will_connect"
+    assert never[2]["why"] == "no log" and never[2]["host"] == "vm2"  # rank 0 heard from it
+    assert never[3]["why"] == "failed"
+    assert phase(report, "last join") is None and phase(report, "driver start") is None
+    assert [(c["cause"], c["ranks"]) for c in report["causes"]] == [("temp_dir", [3])]
+    text = render.format_report(report)
+    assert "first error: rank 3 on vm at 0.16 s (log: /j/rank-0003.log)" in text
+    assert "rank 2 on vm2: no log" in text
+    assert re.search(r"^\s+3\s+vm\s+-\s+-\s+-\s+failed\s+2$", text, re.MULTILINE), text
+    assert "  temp_dir (rank 3): the rank's private temp dir could not be made" in text
+    assert "    fix: point --temp-dir (or TMPDIR) at a writable node-local directory" in text
+
+
+def test_rank_0_relaying_a_failure_counts_as_the_failing_ranks_when_its_own_log_is_missing():
+    report = analyse(FAILED_RANK0, FAILED_RANK1, None, None)
+    error = report["first_error"]
+    assert (error["rank"], error["host"], error["log"], error["reported_by"]) == (3, "vm", "/j/rank-0003.log", 0)
+    ranks = by_rank(report)
+    assert ranks[0]["status"] == "ok" and ranks[0]["job_error_s"] is None  # its own node was fine
+    assert ranks[3]["status"] == "failed" and ranks[3]["error"].startswith("cannot create the temp dir")
+    assert ranks[3]["error_s"] == pytest.approx(1.937)  # when rank 0 heard of it
+    assert {n["rank"]: n["why"] for n in report["never_reported"]}[3] == "failed"
+    assert [(c["cause"], c["ranks"]) for c in report["causes"]] == [("temp_dir", [3])]
+
+
+def test_a_startup_timeout_names_the_missing_rank_from_rank_0s_log():
+    report = analyse(TIMEOUT_RANK0, None)
+    ranks = by_rank(report)
+    assert report["ranks"] == 2 and report["exit_code"] == 1
+    assert ranks[0]["status"] == "ok" and ranks[1]["status"] == "never reported"
+    assert ranks[1]["host"] == "n2" and ranks[1]["log"] == "/j/rank-0001.log"
+    assert report["first_error"]["rank"] == 0 and report["first_error"]["cause"] == "startup_timeout"
+    assert "did not join within --startup-timeout 15 s" in report["first_error"]["message"]
+    assert [(c["cause"], c["ranks"]) for c in report["causes"]] == [("startup_timeout", [1])]
+    assert [n["rank"] for n in report["never_reported"]] == [1]
+    assert ranks[0]["job_error_s"] == pytest.approx(14.996)
+
+
+def test_a_killed_jobs_logs_stop_mid_way():
+    cut0 = [r for r in OK_RANK0 if r["event"] not in ("driver_exited", "processes_stopped", "exit")]
+    cut1 = [r for r in OK_RANK1 if r["event"] not in ("job_ended", "processes_stopped", "exit")]
+    report = analyse(cut0, cut1)
+    ranks = by_rank(report)
+    assert report["exit_code"] is None and report["unfinished"] == [0, 1]
+    assert [ranks[r]["status"] for r in (0, 1)] == ["ok", "ok"]
+    assert phase(report, "driver start") is not None and phase(report, "driver end") is None
+    assert phase(report, "exit") is None
+    assert ranks[0]["segments"][-1][0] == "driver"  # it ran until the log stops
+    text = render.format_report(report)
+    assert "exit code unknown" in text and "no exit line (killed, or still running): ranks 0-1" in text
+    # The job dir changed later (a guard kept a killed rank's Ray logs): the last state lasted at least until the kill.
+    changed = parse.local_seconds(rank0("25.501", "exit"))
+    report = analyse(cut0, None, changed=changed)
+    assert report["job_dir_changed_s"] == pytest.approx(11.0)
+    first = by_rank(report)[0]
+    assert first["segments"][-1] == ["driver", pytest.approx(3.299), pytest.approx(11.0)]
+    assert first["logged_until_s"] == pytest.approx(3.299)
+
+
+def test_ranks_missing_from_the_job_dir_come_from_rank_0s_count():
+    six = [dict(r, fields={**r["fields"], "size": 6}) if r["event"] == "rank_started" else r for r in OK_RANK0]
+    report = analyse(six)
+    assert report["ranks"] == 6
+    assert [n["rank"] for n in report["never_reported"]] == [2, 3, 4, 5]  # rank 1 joined, said rank 0
+    assert "ranks 2-5: no log" in render.format_report(report)
+    headless = analyse(None, FAILED_RANK1, None, FAILED_RANK3)
+    assert headless["ranks"] == 4 and by_rank(headless)[0]["status"] == "never reported"
+
+
+def test_a_reused_job_id_shows_the_last_run_only():
+    later = 600.0
+    second = [dict(r, time=r["time"] + later, pid=7777) for r in OK_RANK0]
+    report = analyse(OK_RANK0 + second, OK_RANK1)  # rank 1's log is the first run's only
+    assert report["earlier_runs"] == 1 and report["started"] == "2026-11-23 15:49:14.501"
+    first = by_rank(report)[1]
+    assert not first["has_log"] and first["segments"] == []  # the earlier run's events are not this run's
+    assert first["status"] == "ok" and first["joined_s"] == pytest.approx(3.263)  # as rank 0 heard it
+    records, earlier = parse.last_run(OK_RANK1 + [dict(r, pid=8888) for r in OK_RANK1])
+    assert earlier == 1 and records[0]["event"] == "waiting_for_session" and len(records) == 8
+
+
+def test_idle_ranks_and_the_library_front_end():
+    records = replace(OK_RANK0, "worker_joined", rank0("17.764", "worker_idle", peer=1, peer_host="node2"))
+    records = replace(records, "driver_started", rank0("17.800", "script_connected", gcs_address="192.0.2.2:27200"))
+    records = replace(records, "driver_exited", rank0("20.800", "script_ended", code=0, how="the end of the script"))
+    report = analyse(records, None)
+    assert by_rank(report)[1]["status"] == "idle" and report["never_reported"] == []
+    assert report["driver"] == "the calling script (mpiray.init)" and report["driver_exit_code"] == 0
+    assert [s[0] for s in by_rank(report)[0]["segments"]] == ["waiting", "starting", "alive", "driver", "stopping"]
+
+
+def test_warnings_and_errors_with_tracebacks_read_in_one_line():
+    records = replace(OK_RANK1, "processes_stopped",
+                      rank1("21.000", "peer_missing"),
+                      rank1("21.100", "unexpected", traceback="Traceback (most recent call last):\n"
+                            "  File \"rank.py\", line 9\nRuntimeError: boom\n"),
+                      rank1("21.387", "processes_stopped", count=6, seconds=0.5, killed=1, pids=[1916]))
+    records = replace(records, "node_alive",
+                      rank1("16.000", "join_retry", reason="`ray start` exited with code 1 before its node joined: "
+                            "timed out", attempt=2, attempts=3),
+                      rank1("17.721", "node_alive", ip="192.0.2.3", node_id="c9aa", **NODE))
+    report = analyse(OK_RANK0, records)
+    assert by_rank(report)[1]["status"] == "failed" and by_rank(report)[1]["join_attempts"] == 2
+    assert [w["rank"] for w in report["warnings"]] == [1, 1]
+    text = render.format_report(report)
+    assert "  unexpected failure: RuntimeError: boom" in text
+    assert "joins tried again: rank 1 (2 attempts)" in text
+    assert "warnings: 2; first: rank 1 at 1.50 s: `ray start` exited with code 1" in text

@@ -1,0 +1,191 @@
+"""The rank protocol in one process: each rank a thread running rank.life.run over an in-memory communicator,
+no MPI and no Ray (--dry-run), in milliseconds. What every front end relies on: the leader's code is
+every rank's, a failing or missing worker ends the job with its reason, stop signals and --time-limit
+stop the leader, join slots go out one window at a time."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from mpiray.config import Config
+from mpiray.leaders.command import CommandLeader
+from mpiray.logs.events import read_events
+from mpiray.rank import life as rank_life
+from mpiray.rank import teardown
+from mpiray.rank.signals import StopRequest
+
+from memory_comm import World
+from reword import put_back, reword
+
+FOREVER = float("inf")
+
+
+class ScriptedLeader:
+    """rank.Leader: ends by itself with code after seconds; records how it was stopped."""
+
+    def __init__(self, code: int = 0, seconds: float = 0.0):
+        self.code, self.seconds = code, seconds
+        self.running = threading.Event()
+        self.stopped: tuple[float, int] | None = None
+        self.cluster = None
+
+    def start(self, me, cluster) -> None:
+        self.cluster, self.ends_at, self.me = cluster, time.monotonic() + self.seconds, me
+        self.running.set()
+
+    def poll(self, timeout: float) -> int | None:
+        if time.monotonic() + timeout >= self.ends_at:
+            time.sleep(max(0.0, self.ends_at - time.monotonic()))
+            return self.code
+        time.sleep(timeout)
+        return None
+
+    def stop(self, grace: float, code: int) -> None:
+        if self.cluster is not None and time.monotonic() < self.ends_at:  # a leader that ended is left alone
+            self.stopped = self.stopped or (grace, code)
+            self.ends_at = time.monotonic()
+
+    def close(self, me) -> None:
+        pass
+
+
+class Job:
+    def __init__(self, tmp_path, size: int, leader, config: Config, missing=(), configs=None, hosts=None):
+        self.size, self.leader, self.world = size, leader, World(size, hosts)
+        self.job_dir = config.log_dir / config.job_id
+        self.stops = [StopRequest() for _ in range(size)]
+        self.codes: dict[int, int] = {}
+        self.threads = [threading.Thread(target=self._rank, args=(rank, (configs or {}).get(rank, config)), daemon=True)
+                        for rank in range(size) if rank not in missing]
+        for thread in self.threads:
+            thread.start()
+
+    def _rank(self, rank: int, config: Config) -> None:
+        self.codes[rank] = rank_life.run(config, self.leader if rank == 0 else None, self.world.comm(rank),
+                                         stop=self.stops[rank])
+
+    def wait(self, timeout: float = 30) -> dict[int, int]:
+        for thread in self.threads:
+            thread.join(timeout)
+            assert not thread.is_alive(), "a rank never ended"
+        return dict(sorted(self.codes.items()))
+
+    def events(self, rank: int, name: str | None = None) -> list[dict]:
+        records = read_events(self.job_dir / f"rank-{rank:04d}.jsonl")
+        return [r for r in records if name is None or r["event"] == name]
+
+
+@pytest.fixture(params=["plain", "reworded"])
+def wording(request):
+    """Each test twice: with mpiray's messages, and with every message reworded (the events are the same)."""
+    if request.param == "plain":
+        yield
+        return
+    old = reword()
+    yield
+    put_back(old)
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch, wording) -> Config:
+    monkeypatch.setattr(teardown, "MEET_MARGIN", 0.5)  # a rank that never came: the others wait this long
+    return Config(driver=("true",), log_dir=tmp_path / "logs", job_id="job", dry_run=True, startup_timeout=10,
+                  stop_grace=1, progress="off")
+
+
+def test_a_dry_run_brings_every_rank_through_the_whole_protocol(tmp_path, config):
+    job = Job(tmp_path, 4, CommandLeader(config.driver), config)
+    assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
+    names = [r["event"] for r in job.events(0)]
+    assert names.index("session_sent") < names.index("head_alive") < names.index("cluster_ready") < names.index("dry_run")
+    assert sorted(r["fields"]["peer"] for r in job.events(0, "join_granted")) == [1, 2, 3]
+    assert sorted(r["fields"]["peer"] for r in job.events(0, "worker_joined")) == [1, 2, 3]
+    assert job.events(0, "cluster_ready")[0]["fields"]["nodes"] == 4
+    for rank in range(1, 4):
+        assert [r["fields"]["code"] for r in job.events(rank, "job_ended")] == [0]
+        sent = job.events(rank, "mpi_messages")[0]["fields"]["sent"]
+        assert sent <= 4  # hello, report, and its host view: O(1) per worker
+    assert [job.events(rank, "exit")[0]["fields"]["code"] for rank in range(4)] == [0, 0, 0, 0]
+    assert job.world.abandoned == {}
+
+
+@pytest.mark.parametrize("code", [0, 3, 130])
+def test_the_leaders_exit_code_is_every_ranks(tmp_path, config, code):
+    leader = ScriptedLeader(code, seconds=0.05)
+    job = Job(tmp_path, 3, leader, config)
+    assert job.wait() == {0: code, 1: code, 2: code}
+    assert leader.cluster.total_cpus > 0 and len(leader.cluster.nodes) == 3
+    assert leader.stopped is None  # it ended by itself
+    assert [r["fields"]["code"] for r in job.events(2, "job_ended")] == [code]
+
+
+def test_a_failing_worker_ends_every_rank_with_its_code_and_reason(tmp_path, config):
+    bad = replace(config, interface="no-such-if0")  # rank 2 alone: its address cannot be found
+    job = Job(tmp_path, 3, ScriptedLeader(0, FOREVER), config, configs={2: bad})
+    assert job.wait() == {0: 2, 1: 2, 2: 2}
+    (failed,) = job.events(0, "worker_failed")
+    assert failed["fields"]["peer"] == 2 and "--interface no-such-if0" in failed["fields"]["message"]
+    assert "--interface no-such-if0" in job.events(2, "failed")[0]["fields"]["message"]
+
+
+def test_rank_0_failing_before_the_session_stops_the_waiting_workers(tmp_path, config):
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        busy = replace(config, port=taken.getsockname()[1])
+        job = Job(tmp_path, 3, ScriptedLeader(), busy)
+        assert job.wait() == {0: 2, 1: 2, 2: 2}
+    assert job.events(0, "failed")[0]["fields"]["cause"] == "port_in_use"
+    assert [r["fields"]["code"] for r in job.events(1, "job_ended")] == [2]
+
+
+def test_a_worker_that_never_starts_is_named_at_the_startup_timeout(tmp_path, config):
+    quick = replace(config, startup_timeout=0.3, stop_grace=0)
+    job = Job(tmp_path, 3, ScriptedLeader(), quick, missing=(2,), hosts=["n1", "n1", "n2"])
+    assert job.wait() == {0: 1, 1: 1}
+    (timeout,) = job.events(0, "startup_timeout")
+    assert [m["rank"] for m in timeout["fields"]["missing"]] == [2]
+    # Rank 2 never reached the last barrier: no MPI_Finalize, whose closing barrier it would never reach.
+    assert job.world.abandoned == {0: 1, 1: 1}
+
+
+def test_a_stop_signal_gives_the_leader_its_grace_then_every_rank_ends_with_143(tmp_path, config):
+    leader = ScriptedLeader(0, FOREVER)
+    job = Job(tmp_path, 3, leader, config)
+    assert leader.running.wait(10)
+    for stop in job.stops:  # as scancel signals every task
+        stop.signum = signal.SIGTERM
+    assert job.wait() == {0: 143, 1: 143, 2: 143}
+    assert leader.stopped == (config.stop_grace, 143)
+    assert job.events(0, "stop_signal")[0]["fields"]["signum"] == signal.SIGTERM
+
+
+def test_the_time_limit_stops_the_leader_with_124(tmp_path, config):
+    leader = ScriptedLeader(0, FOREVER)
+    job = Job(tmp_path, 2, leader, replace(config, time_limit=0.2))
+    assert job.wait() == {0: 124, 1: 124}
+    assert leader.stopped == (config.stop_grace, 124)
+    assert job.events(0, "time_limit")[0]["fields"]["cause"] == "time_limit"
+
+
+def test_a_window_of_one_lets_one_worker_join_at_a_time(tmp_path, config):
+    job = Job(tmp_path, 4, ScriptedLeader(), replace(config, join_window=1))
+    assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
+    joins = [(r["event"], r["fields"]["peer"]) for r in job.events(0) if r["event"] in ("join_granted", "worker_joined")]
+    assert joins == [("join_granted", 1), ("worker_joined", 1), ("join_granted", 2), ("worker_joined", 2),
+                     ("join_granted", 3), ("worker_joined", 3)]
+
+
+def test_one_ray_node_per_host_leaves_the_hosts_other_ranks_idle(tmp_path, config):
+    leader = ScriptedLeader()
+    job = Job(tmp_path, 3, leader, replace(config, ray_node_per="host"))
+    assert job.wait() == {0: 0, 1: 0, 2: 0}
+    assert len(leader.cluster.nodes) == 1
+    assert sorted(r["fields"]["peer"] for r in job.events(0, "worker_idle")) == [1, 2]
+    assert job.events(1, "idle_by_design") and job.events(2, "idle_by_design")
