@@ -1,4 +1,4 @@
-"""`python -m mpiray logs JOB` (the `mpiray` command): as `mpiray.cli.main`."""
+"""`python -m mpiray COMMAND ...`: the `mpiray` command (mpiray.cli.main)."""
 
 import sys
 

@@ -1,12 +1,12 @@
-"""The `start_ray.py` command line and the `mpiray` command: argv -> Config -> rank.life.run(config, leader).
+"""The `mpiray` command and `start_ray.py`: a command's argv -> Config -> rank.life.run(config, leader).
 
-    mpirun -np N python start_ray.py [launcher options] [-- DRIVER COMMAND ...]
-    srun python start_ray.py --join JOB_ID                 (this job's nodes join JOB_ID's cluster)
+    mpirun -np N mpiray run [options] [-- DRIVER COMMAND ...]      (= python start_ray.py [options] ...)
+    srun mpiray run --join JOB_ID                                 (this job's nodes join JOB_ID's cluster)
     mpiray logs [LOG_DIR/]JOB_ID [--json] [--png FILE]
-    mpiray list | mpiray attach JOB_ID -- python driver.py
+    mpiray list | mpiray attach JOB_ID -- python driver.py | mpiray dashboard JOB_ID
 
-Options are declared in options.py. Bad input ends every task with exit code 2 before MPI starts,
-and only the job's first task says why, in one line.
+`mpiray` alone (or --help) says what it can do. Options are declared in options.py. Bad input ends
+every task with exit code 2 before MPI starts, and only the job's first task says why, in one line.
 """
 
 from __future__ import annotations
@@ -15,36 +15,80 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
+from mpiray import __version__
 from mpiray.config import DEFAULT_DRIVER, Config
-from mpiray.elastic import attach, listing
+from mpiray.elastic import attach, dashboard, listing
 from mpiray.errors import ConfigError
 from mpiray.leaders.command import CommandLeader
 from mpiray.leaders.stay import StayLeader
 from mpiray.logs import report
-from mpiray.options import parse_args, say
+from mpiray.options import first_task, parse_args, say
 from mpiray.rank import life
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
+USAGE = "usage: mpiray COMMAND [ARGS ...]   (mpiray COMMAND --help for its options)"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    command = list(argv[:1])
-    if command == ["logs"]:  # `mpiray logs JOB`: read a job's rank logs (no MPI)
-        return report.main(argv[1:])
-    if command in (["list"], ["attach"]):  # the user's running clusters, from a shell (no MPI)
-        return (listing.main if command == ["list"] else attach.main)(argv[1:])
+def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
+    """`mpiray run ...` / `python start_ray.py ...`: this rank's part of the cluster; every rank's exit code."""
     try:
-        config = parse_args(argv)
+        config = parse_args(argv, prog=prog)
         check_default_driver(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
         return error.exit_code
     leader = StayLeader() if config.join and not config.driver else CommandLeader(config.driver)
     return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
+
+
+# Each command: what it does (one line of the overview), an example, and its entry point.
+COMMANDS: dict[str, tuple[str, str, Callable[[Sequence[str]], int]]] = {
+    "run": ("start a Ray cluster over this job's MPI ranks, run a driver on rank 0, exit with its code",
+            "mpirun -np 4 mpiray run -- python my_driver.py", run),
+    "logs": ("explain a job from its rank logs: the cluster, the start-up, why it failed and the fix",
+             "mpiray logs 4711", report.main),
+    "list": ("your running clusters (from the registry): nodes, CPUs, GPUs, time left",
+             "mpiray list", listing.main),
+    "attach": ("run a driver against your running cluster, from a login node or another job",
+               "mpiray attach 4711 -- python evaluate.py", attach.main),
+    "dashboard": ("the ssh tunnel to a running cluster's Ray dashboard, and how to log in to it",
+                  "mpiray dashboard 4711", dashboard.main),
+}
+
+
+def overview() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [USAGE, "", "A Ray cluster over the MPI ranks of a batch job (mpirun, srun, aprun, PALS mpiexec).", "",
+             "commands:"]
+    for name, (what, example, _) in COMMANDS.items():
+        lines += [f"  {name:<{width}}  {what}", f"  {'':<{width}}    e.g. {example}"]
+    lines += ["", "In a checkout, `python start_ray.py ...` is `mpiray run ...`. In your own script: mpiray.init()",
+              "(the same options, as keywords). Every option of run also reads MPIRAY_<OPTION>."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `mpiray` command (python -m mpiray)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        if first_task(os.environ):  # a bare `mpiray` may run on every rank of a job: say it once
+            print(overview())
+        return 0
+    if argv[0] == "--version":
+        if first_task(os.environ):
+            print(f"mpiray {__version__}")
+        return 0
+    if argv[0] in COMMANDS:
+        return COMMANDS[argv[0]][2](argv[1:])
+    if argv[0].startswith("-"):
+        hint = f"options belong to a command: mpiray run {' '.join(argv)}"
+    else:
+        hint = f"the commands are {', '.join(COMMANDS)}"
+    say(os.environ, "error", f"unknown command {argv[0]!r}: {hint} (see mpiray --help)")
+    return 2
 
 
 def check_default_driver(config: Config) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from mpiray.errors import ConfigError, LaunchError
+from mpiray.errors import LaunchError
 from mpiray.leaders.script import ScriptLeader
 from mpiray.options import library_config
 from mpiray.rank import life
@@ -71,8 +71,6 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     if _leader is not None:
         raise LaunchError("mpiray.init() was called before in this process: one cluster per process")
     config = library_config(options)
-    if config.dry_run:
-        raise ConfigError("dry_run is the command line's (start_ray.py --dry-run): init() connects to a real cluster")
     log = life.early_log(config) if comm is None else None  # before MPI_Init, as the command line's
     from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only once the options are valid
 

@@ -50,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises ConfigError instead of printing usage on every rank and exiting."""
 
     def error(self, message: str):
-        raise ConfigError(f"{message} (see start_ray.py --help)")
+        raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
 def _number(kind: type, text: str):
@@ -193,7 +193,7 @@ def _env_driver(environ: Mapping[str, str]) -> list[str] | None:
         ) from None
 
 
-def unknown_settings(environ: Mapping[str, str], known: Sequence[str]) -> list[str]:
+def unknown_settings(environ: Mapping[str, str], known: Sequence[str], prog: str = "mpiray run") -> list[str]:
     """A warning for each MPIRAY_* variable that is no setting, with the closest name that is."""
     # Compared without the common prefix, which would make every name look close.
     suffixes = {known_name.removeprefix("MPIRAY_"): known_name for known_name in known}
@@ -202,7 +202,7 @@ def unknown_settings(environ: Mapping[str, str], known: Sequence[str]) -> list[s
         if not name.upper().startswith("MPIRAY_") or name in known:
             continue
         close = _close_matches(name.upper().removeprefix("MPIRAY_"), suffixes)
-        hint = f"did you mean {suffixes[close[0]]}?" if close else "see start_ray.py --help"
+        hint = f"did you mean {suffixes[close[0]]}?" if close else f"see {prog} --help"
         warnings.append(f"{name} is not a setting of mpiray ({hint})")
     return warnings
 
@@ -213,13 +213,13 @@ def _close_matches(name: str, choices) -> list[str]:
     return difflib.get_close_matches(name, choices, n=1)
 
 
-def _first_task(environ: Mapping[str, str]) -> bool:
+def first_task(environ: Mapping[str, str]) -> bool:
     # Under mpirun every task parses the same argv: the first one alone explains, the others just exit.
     return environment.detect(environ).task_rank in (None, 0)
 
 
 def say(environ: Mapping[str, str], kind: str, message: str) -> None:
-    if _first_task(environ):
+    if first_task(environ):
         print(f"mpiray: {kind}: {message}", file=sys.stderr)
 
 
@@ -233,6 +233,7 @@ class Option:
     type: Callable[[str], Any] | None = None  # text -> value; raises argparse.ArgumentTypeError
     choices: tuple[str, ...] | None = None
     switch: bool = False  # --name / --no-name
+    not_a_keyword: str = ""  # why init() does not take it as a keyword ("": it does)
     shown_default: str | None = None  # the default as the docs show it, where the value says too little
 
     @property
@@ -264,9 +265,9 @@ class Option:
 OPTIONS = (
     Option("log_dir", Path("logs"), "per-rank logs go to LOG_DIR/JOB_ID/: rank-NNNN.log for people, "
            "rank-NNNN.jsonl (events) for programs", _path),
-    Option("job_id", None, "names the job's log dir: letters, digits and . _ + - (default: the scheduler's "
-           "job id, SLURM_JOB_ID, PBS_JOBID, COBALT_JOBID or ALPS_APP_ID, else a timestamp and pid)", _job_id,
-           shown_default="the scheduler's job id"),
+    Option("job_id", None, "names the job's log dir: letters, digits and . _ + -", _job_id,
+           shown_default="the scheduler's job id (SLURM_JOB_ID, PBS_JOBID, COBALT_JOBID or ALPS_APP_ID), else a "
+           "timestamp and pid"),
     Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up", _positive_seconds),
     Option("port", 0, "GCS port of the head; 0 picks a free one", _port, shown_default="0 (free)"),
     Option("num_cpus", None, "CPUs each Ray node offers", _count, shown_default="the rank's share of its host"),
@@ -320,7 +321,8 @@ OPTIONS = (
     Option("worker_gpus", None, "GPUs of each worker job's node", _count, shown_default="0"),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
            "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
-           switch=True, shown_default="off"),
+           switch=True, shown_default="off",
+           not_a_keyword="init() connects the calling script to a real cluster; try the plan with mpiray run --dry-run"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -332,18 +334,20 @@ def options_table() -> str:
         flag = f"`{o.flag}` / `--no-{o.flag[2:]}`" if o.switch else f"`{o.flag}`"
         default = o.shown_default or str(o.default)
         choices = f" ({' / '.join(o.choices)})" if o.choices else ""
-        rows.append(f"| {flag} | `{o.variable}`, `{o.name}=` | {default} | {o.help}{choices} |")
+        keyword = f"`{o.name}=`" if not o.not_a_keyword else "not an `init()` keyword"
+        rows.append(f"| {flag} | `{o.variable}`, {keyword} | {default} | {o.help}{choices} |")
     return "\n".join(rows)
 
 
-def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    """The launcher's options, their defaults taken from valid MPIRAY_<OPTION> variables.
+def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argparse.ArgumentParser:
+    """The launcher's options, their defaults taken from valid MPIRAY_<OPTION> variables. prog: how the
+    user started it (`mpiray run`, or `start_ray.py` in a checkout).
 
     Raises ConfigError naming the variable when one's value is not valid for its flag.
     """
     parser = _Parser(
-        prog="start_ray.py",
-        usage="mpirun -np N python start_ray.py [options] [-- DRIVER COMMAND ...]",
+        prog=prog,
+        usage=f"mpirun -np N {'python ' if prog.endswith('.py') else ''}{prog} [options] [-- DRIVER COMMAND ...]",
         description="Start a Ray cluster over the MPI ranks (rank 0: head and driver, others: "
         "worker nodes), run the driver, exit with its exit code. Without a driver command it "
         "runs the RLlib trainer (python -m train). Every option also reads MPIRAY_<OPTION>.",
@@ -361,10 +365,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True) -> Config:
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True,
+               prog: str = "mpiray run") -> Config:
     """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
 
     with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
+    prog: what the messages tell the user to ask for --help (`mpiray run`, `start_ray.py`, `mpiray.init()`).
     """
     environ = os.environ if environ is None else environ
     argv = list(argv)
@@ -373,14 +379,14 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
     if "--" in argv:
         split = argv.index("--")
         launcher_argv, driver = argv[:split], argv[split + 1:]
-    parser = build_parser(environ)
-    for warning in unknown_settings(environ, [o.variable for o in OPTIONS] + list(OTHER_VARIABLES)):
+    parser = build_parser(environ, prog)
+    for warning in unknown_settings(environ, [o.variable for o in OPTIONS] + list(OTHER_VARIABLES), prog):
         say(environ, "warning", warning)
     args, extra = parser.parse_known_args(launcher_argv)
     if extra:
         parser.error(
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
-            f"e.g. start_ray.py -- python my_driver.py"
+            f"e.g. {prog} -- python my_driver.py"
         )
     if not with_driver or (args.join and not given):
         driver = []  # the library's (the calling script), or a joining job's nodes that just serve
@@ -408,9 +414,16 @@ def library_config(options: Mapping[str, object], environ: Mapping[str, str] | N
             close = _close_matches(name, BY_NAME)
             hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(BY_NAME))}"
             raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
+        if BY_NAME[name].not_a_keyword:
+            raise ConfigError(f"mpiray.init() does not take {name}= ({BY_NAME[name].flag} is the command line's): "
+                              f"{BY_NAME[name].not_a_keyword}")
         flag = BY_NAME[name].flag
         if isinstance(value, bool):
             argv.append(flag if value else f"--no-{flag[2:]}")
         elif value is not None:
             argv += [flag, str(value)]
-    return parse_args(argv, environ, with_driver=False)
+    config = parse_args(argv, environ, with_driver=False, prog="mpiray.init()")
+    for o in OPTIONS:
+        if o.not_a_keyword and getattr(config, o.name) != o.default:  # set by its MPIRAY_ variable
+            raise ConfigError(f"{o.variable} is set, which mpiray.init() does not take: {o.not_a_keyword}")
+    return config

@@ -7,10 +7,13 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 from mpiray.config import Config
+from mpiray.errors import ConfigError
 from mpiray.logs.events import KINDS
 from mpiray.logs.report.classify import CAUSES
-from mpiray.options import OPTIONS, options_table
+from mpiray.options import OPTIONS, library_config, options_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -21,7 +24,18 @@ def test_the_options_page_shows_the_table_the_declaration_makes():
     shown = re.search(r"<!-- options table[^\n]*-->\n(.*?)\n<!-- end of options table -->", page, re.S).group(1)
     assert shown == options_table(), "regenerate docs/options.md's table from mpiray.options.options_table()"
     for option in OPTIONS:
-        assert f"`{option.flag}`" in shown and f"`{option.variable}`" in shown and f"`{option.name}=`" in shown
+        assert f"`{option.flag}`" in shown and f"`{option.variable}`" in shown
+        assert (f"`{option.name}=`" in shown) != bool(option.not_a_keyword), option.name
+
+
+def test_what_the_options_page_calls_no_init_keyword_init_refuses_with_the_reason():
+    refused = [option for option in OPTIONS if option.not_a_keyword]
+    assert [option.name for option in refused] == ["dry_run"]
+    for option in refused:
+        with pytest.raises(ConfigError, match=f"mpiray.init\\(\\) does not take {option.name}=.*mpiray run --dry-run"):
+            library_config({option.name: True}, {})
+        with pytest.raises(ConfigError, match=f"{option.variable} is set, which mpiray.init\\(\\) does not take"):
+            library_config({}, {option.variable: "1"})
 
 
 def test_config_has_exactly_the_declared_options_with_their_defaults():

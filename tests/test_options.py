@@ -1,5 +1,5 @@
 """Options (mpiray/options.py): flags, MPIRAY_* defaults, the driver after '--', clear errors for bad input;
-and the command line's main() saying them once."""
+and the command line saying them once."""
 
 import os
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mpiray.batch.environment import safe_job_id
-from mpiray.cli import main
+from mpiray.cli import run
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
 from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
@@ -156,7 +156,7 @@ def test_environment_and_flag_are_checked_alike(flag, value):
     reason = str(from_env.value).removeprefix(f"{name}={value!r}: ")
     assert reason != str(from_env.value)  # the variable is named first
     if flag != "--ray-node-per":  # argparse words its own choices message differently
-        assert f"argument {flag}: {reason} (see start_ray.py --help)" == str(from_flag.value)
+        assert f"argument {flag}: {reason} (see mpiray run --help)" == str(from_flag.value)
 
 
 def test_every_option_reads_its_variable_with_the_flags_conversion():
@@ -195,7 +195,7 @@ def test_misspelled_variable_warns_with_the_closest_name(capsys):
     assert config.startup_timeout == 120 and config.port == 0  # ignored, but said so
     assert capsys.readouterr().err.splitlines() == [
         "mpiray: warning: MPIRAY_STARTUP_TIMEOT is not a setting of mpiray (did you mean MPIRAY_STARTUP_TIMEOUT?)",
-        "mpiray: warning: MPIRAY_ZQXJ is not a setting of mpiray (see start_ray.py --help)",
+        "mpiray: warning: MPIRAY_ZQXJ is not a setting of mpiray (see mpiray run --help)",
         "mpiray: warning: mpiray_port is not a setting of mpiray (did you mean MPIRAY_PORT?)",
     ]
 
@@ -231,7 +231,7 @@ def _environ(monkeypatch, extra):
 @pytest.mark.parametrize("extra", [{}, {**MPICH_RANK_1, "PMI_RANK": "0"}], ids=["no-launcher", "rank-0"])
 def test_main_prints_one_error_line_on_the_first_task(monkeypatch, capsys, extra):
     _environ(monkeypatch, {**extra, "MPIRAY_RAY_NODE_PER": "node"})
-    assert main(["--", "python", "x.py"]) == 2
+    assert run(["--", "python", "x.py"]) == 2
     assert capsys.readouterr().err == (
         "mpiray: error: MPIRAY_RAY_NODE_PER='node': invalid choice (choose from rank, host)\n"
     )
@@ -239,7 +239,7 @@ def test_main_prints_one_error_line_on_the_first_task(monkeypatch, capsys, extra
 
 def test_main_on_other_tasks_exits_2_silently(monkeypatch, capsys):
     _environ(monkeypatch, {**MPICH_RANK_1, "MPIRAY_STARTUP_TIMEOT": "5"})
-    assert main(["--startup-timeout", "nan", "--redis-password", "x", "--", "python", "x.py"]) == 2
+    assert run(["--startup-timeout", "nan", "--redis-password", "x", "--", "python", "x.py"]) == 2
     assert capsys.readouterr().err == ""
 
 
@@ -252,7 +252,7 @@ def test_bad_boolean_in_environment_is_named():
 def test_a_ray_without_token_auth_is_refused_in_one_line_unless_no_auth(monkeypatch, capsys, version):
     _environ(monkeypatch, {})
     monkeypatch.setattr(raycompat, "ray_version", lambda: version)
-    assert main(["--", "python", "x.py"]) == 2
+    assert run(["--", "python", "x.py"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert f"Ray {version} has no token authentication (Ray 2.52 and later do)" in error and "--no-auth" in error

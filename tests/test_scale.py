@@ -58,4 +58,4 @@ def test_dry_run_does_the_whole_protocol_at_32_ranks_and_starts_nothing(tmp_path
 def test_dry_run_is_the_command_lines_only():
     script = "import mpiray; mpiray.init(dry_run=True)"
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "dry_run is the command line's" in result.stderr
+    assert result.returncode != 0 and "mpiray.init() does not take dry_run=" in result.stderr

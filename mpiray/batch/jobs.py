@@ -6,7 +6,7 @@ run the scheduler's commands are thin, each with a timeout. Every worker job of 
 name (mpiray-CLUSTER-wN), so that a job, and a human with squeue, can tell them apart.
 
 A worker job runs one rank, hence one Ray node (Ray's autoscaler matches one of its nodes to one Ray
-node), that joins the cluster with `start_ray.py --join CLUSTER` and the integer resource the
+node), that joins the cluster with `mpiray run --join CLUSTER` and the integer resource the
 autoscaler identifies it by. Its environment is not the head job's (--export=NONE): the token comes
 from the user's registry (0600), never through the environment or a command line.
 """
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from mpiray.package import module_command
+
 COMMAND_TIMEOUT = 30.0
 PENDING, RUNNING, GONE = "pending", "running", "gone"
 
@@ -29,14 +31,13 @@ class WorkerJob:
     """What every worker job of a cluster is: its shape, where it runs, how its node joins."""
 
     cluster: str  # the head job's id (the cluster's, in the registry)
-    mpiray_dir: str  # the checkout or install that has start_ray.py, as every node sees it
-    python: str  # the interpreter of the head's environment, as every node sees it
+    python: str  # the interpreter of the head's environment, as every node sees it: it runs `-m mpiray run`
     log_dir: str  # where its own output goes (beside the cluster's logs)
     cpus: int = 1
     gpus: int = 0
     directives: tuple[str, ...] = ()  # #SBATCH / #PBS lines of the template: partition, account, qos, walltime
     setup: str = ""  # the template's shell lines, run before the node starts (module loads, a venv's activate)
-    env: dict = field(default_factory=dict)  # MPIRAY_* settings the node needs (the registry's place, ...)
+    env: dict = field(default_factory=dict)  # what the node needs: the registry's place, PYTHONPATH if mpiray needs it
 
     def name(self, node_id: int) -> str:
         return f"mpiray-{self.cluster}-w{node_id}"
@@ -44,7 +45,7 @@ class WorkerJob:
     def join_command(self, node_id: int, launcher: list[str]) -> list[str]:
         """The command the job runs: one rank that joins the cluster, known to the autoscaler as node_id."""
         resources = json.dumps({"NODE_ID_AS_RESOURCE": node_id})
-        return [*launcher, self.python, str(Path(self.mpiray_dir) / "start_ray.py"), "--join", self.cluster,
+        return [*launcher, *module_command("mpiray", self.python), "run", "--join", self.cluster,
                 "--num-cpus", str(self.cpus), "--num-gpus", str(self.gpus), "--resources", resources,
                 "--log-dir", str(Path(self.log_dir).parent)]
 

@@ -1,4 +1,4 @@
-"""The head's side of an elastic cluster (`start_ray.py --autoscale MIN:MAX`): Ray's autoscaler, given a
+"""The head's side of an elastic cluster (`mpiray run --autoscale MIN:MAX`): Ray's autoscaler, given a
 config that names mpiray's node provider (provider.py), grows the cluster with worker jobs on the batch
 scheduler and shrinks it when their nodes idle for the cooldown.
 
@@ -102,8 +102,9 @@ class Autoscale:
         env = {name: os.environ[name] for name in os.environ
                if name in PASSED_ON or name.startswith(PASSED_ON_PREFIXES)}
         env["MPIRAY_REGISTRY"] = str(self.registry.root)
+        env.update(package.helper_env({}))  # PYTHONPATH, where mpiray is not installed (a checkout)
         directives, setup = self._template()
-        job = WorkerJob(cluster=self.job_id, mpiray_dir=str(package.PARENT), python=sys.executable,
+        job = WorkerJob(cluster=self.job_id, python=sys.executable,
                               log_dir=str(self.job_dir), cpus=max(cpus, 1), gpus=gpus, directives=directives,
                               setup=setup, env=env)
         static_workers = self.own_nodes - 1

@@ -1,5 +1,5 @@
 """Ray's own autoscaler grows and shrinks an mpiray cluster through this node provider: a new node is a
-worker job on the batch scheduler (batch/) whose one rank joins the cluster (`start_ray.py --join`).
+worker job on the batch scheduler (batch/) whose one rank joins the cluster (`mpiray run --join`).
 
 Ray decides: its v1 monitor, which the head's `ray start --autoscaling-config` runs, sees the demand
 (pending tasks and actors, placement groups: STRICT_SPREAD asks one node per bundle), bin-packs it onto

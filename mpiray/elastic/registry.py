@@ -60,6 +60,7 @@ class Entry:
     cpus: float = 0.0
     gpus: float = 0.0
     autoscale: dict = field(default_factory=dict)  # the autoscaler's bounds and worker jobs, if it runs
+    dashboard_port: int | None = None  # the head's dashboard on 127.0.0.1 of its host, with --dashboard
 
     def stale(self, now: float | None = None) -> str | None:
         """Why this entry no longer describes a running cluster (None: it does)."""
@@ -213,6 +214,7 @@ class Published:
             log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
             ends_at=me.env.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
             cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
+            dashboard_port=me.node.spec.ports.dashboard if config.dashboard and me.node is not None else None,
         )
         try:
             registry.publish(entry, session.token)

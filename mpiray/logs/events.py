@@ -64,8 +64,8 @@ KINDS = _kinds(
     private_dir=(INFO, "private dir (0700, token and Ray's temp dir): {path}"),
     node_starting=(INFO, "starting a Ray {role} node: {command}"),  # + argv
     node_output=(INFO, "Ray output: {output}; Ray's session logs kept in {kept_logs} at the end"),
-    dashboard=(INFO, "dashboard on 127.0.0.1:{port}; from your machine: ssh -L 8265:127.0.0.1:{port} {host}, "
-                     "then open http://localhost:8265"),
+    dashboard=(INFO, "dashboard on 127.0.0.1:{port} of {host}: `mpiray dashboard JOB_ID` prints the ssh tunnel to it "
+                     "and how to log in"),
     worker_will_connect=(INFO, "this worker's node at {ip} will join {gcs_address}"),
     compat_note=(INFO, "Ray compatibility: {note}"),  # + key
     join_retry=(WARNING, "{reason}; the head is up: starting this rank's node again (attempt {attempt} of "

@@ -6,7 +6,7 @@ import shlex
 
 from mpiray.batch import jobs, pbs
 
-JOB = jobs.WorkerJob(cluster="1234", mpiray_dir="/home/u/mpiray", python="/home/u/mpiray/.venv/bin/python",
+JOB = jobs.WorkerJob(cluster="1234", python="/home/u/mpiray/.venv/bin/python",
                       log_dir="/scratch/logs/1234", cpus=4, gpus=1,
                       directives=("#SBATCH --partition=debug", "#SBATCH --time=00:30:00", "#PBS -q debug"),
                       setup="module load gcc\nsource /home/u/mpiray/.venv/bin/activate",

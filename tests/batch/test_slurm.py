@@ -7,8 +7,9 @@ import shlex
 import pytest
 
 from mpiray.batch import jobs, slurm
+from mpiray.package import module_command
 
-JOB = jobs.WorkerJob(cluster="1234", mpiray_dir="/home/u/mpiray", python="/home/u/mpiray/.venv/bin/python",
+JOB = jobs.WorkerJob(cluster="1234", python="/home/u/mpiray/.venv/bin/python",
                       log_dir="/scratch/logs/1234", cpus=4, gpus=1,
                       directives=("#SBATCH --partition=debug", "#SBATCH --time=00:30:00", "#PBS -q debug"),
                       setup="module load gcc\nsource /home/u/mpiray/.venv/bin/activate",
@@ -33,7 +34,7 @@ def test_a_slurm_worker_job_is_one_rank_that_joins_the_cluster_as_its_node():
     assert "export MPIRAY_REGISTRY=/home/u/.mpiray/clusters" in lines and "module load gcc" in lines
     command = command_of(script)
     assert command[:5] == ["srun", "--export=ALL", "--mpi=pmi2", "--ntasks=1", "--cpus-per-task=4"]
-    assert command[5:] == ["/home/u/mpiray/.venv/bin/python", "/home/u/mpiray/start_ray.py", "--join", "1234",
+    assert command[5:] == [*module_command("mpiray", "/home/u/mpiray/.venv/bin/python"), "run", "--join", "1234",
                            "--num-cpus", "4", "--num-gpus", "1", "--resources", '{"NODE_ID_AS_RESOURCE": 7}',
                            "--log-dir", "/scratch/logs"]
     assert "token" not in script.lower()  # it comes from the registry, never through the script

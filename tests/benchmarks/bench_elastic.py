@@ -91,7 +91,7 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
             if line.startswith("BENCH "):
                 break
         (cluster,) = [entry.job_id for entry in Registry(registry).running()]
-        job = jobs.WorkerJob(cluster=cluster, mpiray_dir=str(ROOT), python=PYTHON, log_dir=str(log_dir / cluster),
+        job = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(log_dir / cluster),
                               cpus=1, env={"MPIRAY_REGISTRY": str(registry),
                                            "MPIR_CVAR_CH4_NETMOD": env.get("MPIR_CVAR_CH4_NETMOD", "ofi")})
         submitted = time.time()
