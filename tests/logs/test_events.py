@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from mpiray.logs.events import KINDS, RankLog, read_events, render
-
-from helpers import BIN, ROOT, Launch, assert_nothing_left, exit_codes, launch, new_job_id
-from reword import MARK
 
 
 def test_an_events_file_is_read_back_and_a_line_cut_short_is_skipped(tmp_path):

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
-import pty
 import re
-import select
-import subprocess
-import sys
 import time
-
-import pytest
 
 from mpiray.logs import progress
 from mpiray.logs.progress import Progress
-
-from helpers import ROOT, launch, launcher_argv, new_job_id
 
 
 class FakeTerminal(io.StringIO):

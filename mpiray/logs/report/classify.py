@@ -76,7 +76,12 @@ CAUSES = {
     "trainer_missing": Cause(
         "the default driver (the trainer) needs packages that are not installed",
         "pip install 'mpiray[train]', or give your own driver after '--'"),
-    "config": Cause("an option or input was not valid", "see the message; `start_ray.py --help` lists the options"),
+    "no_such_cluster": Cause(
+        "the cluster to join or attach to is not running: not in the registry, stale, another user's, or its GCS "
+        "does not answer",
+        "`mpiray list` shows your running clusters; the joining job must see the same registry (MPIRAY_REGISTRY, "
+        "on a file system both jobs see) and reach the head's host; a cluster that ended cannot be joined"),
+    "config": Cause("an option or input was not valid", "see the message; `mpiray run --help` lists the options"),
     "unexpected": Cause("an unexpected failure inside mpiray", "please report it with the rank's log"),
 }
 

@@ -3,15 +3,14 @@ events and Ray's logs. The real failures that leave that evidence are provoked i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import ast
 from pathlib import Path
+
 import pytest
+
 from mpiray.logs.report import render
 from mpiray.logs.report.classify import CAUSES, PMI2_UCX, classify
 from mpiray.logs.report.parse import RankFacts
-from helpers import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, launch, new_job_id
 
 
 def entry(rank: int, status: str = "ok", cause: str = "", error: str = "", exit_code: int | None = 1) -> dict:
@@ -77,3 +76,37 @@ def test_the_report_says_why_with_the_fix():
     text = render.format_report(report)
     assert "why it failed:\n  time_limit (rank 0): " + CAUSES["time_limit"].title in text
     assert "    fix: " + CAUSES["time_limit"].fix in text
+
+
+def causes_the_code_can_name() -> set[str]:
+    """Every cause mpiray's code gives a failure: cause="x" (a LaunchError or an event field), a class's
+    cause = "x", and "cause": "x" in an event's fields."""
+    found = set()
+    for path in (Path(__file__).resolve().parents[3] / "mpiray").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "cause":
+                values = [node.value]
+            elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["cause"]:
+                values = [node.value]
+            elif isinstance(node, ast.Dict):
+                values = [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "cause"]
+            else:
+                continue
+            for value in values:
+                found |= _strings(value)
+    return found
+
+
+def _strings(value: ast.expr) -> set[str]:
+    """The strings an expression can be: "a", or "a" if x else None (both branches)."""
+    if isinstance(value, ast.Constant):
+        return {value.value} if isinstance(value.value, str) and value.value else set()
+    if isinstance(value, ast.IfExp):
+        return _strings(value.body) | _strings(value.orelse)
+    return set()
+
+
+def test_every_cause_the_code_names_is_one_mpiray_logs_explains():
+    named = causes_the_code_can_name()
+    assert {"no_such_cluster", "port_in_use", "head_lost", "time_limit"} <= named  # the scan finds them
+    assert named - set(CAUSES) == set()

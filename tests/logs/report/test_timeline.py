@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-import pytest
-from mpiray import cli
+
 from mpiray.logs import report as joblogs
 from mpiray.logs.events import KINDS
-from mpiray.logs.report import parse, render, timeline
+from mpiray.logs.report import timeline
 from mpiray.logs.report.analyse import analyse as analyse_logs
-from helpers import (
-    BIN,
-    ROOT,
-    Launch,
-    alive_pids,
-    assert_nothing_left,
-    launch,
-    launcher_argv,
-    new_job_id,
-    rank_pid,
-    wait_for_event,
-)
 
 
 def rec(stamp: str, rank: int, host: str, process: int, event: str, **fields) -> dict:
