@@ -388,6 +388,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
             f"e.g. {prog} -- python my_driver.py"
         )
+    if args.join and args.autoscale:
+        parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):
         driver = []  # the library's (the calling script), or a joining job's nodes that just serve
     elif not driver:

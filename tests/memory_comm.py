@@ -21,7 +21,8 @@ class World:
         self.host_of = hosts or ["host"] * size
         self.queues = [deque() for _ in range(size)]
         self.lock = threading.Condition()
-        self.arrived: dict[int, int] = {}  # barrier generation -> ranks that arrived
+        self.arrived: dict[int, int] = {}  # collective (barrier, count) generation -> ranks that arrived
+        self.counts: dict[int, int] = {}  # count generation -> the sum so far
         self.generation = [0] * size
         self.abandoned: dict[int, int] = {}  # rank -> code it exited with, without MPI_Finalize
         self.by_host: dict[str, World] = {}
@@ -85,6 +86,18 @@ class MemoryComm:
             world.arrived[generation] = world.arrived.get(generation, 0) + 1
             world.lock.notify_all()
             return world.lock.wait_for(lambda: world.arrived[generation] >= self.size, timeout)
+
+    def count(self, flag: bool, timeout: float) -> int | None:
+        world = self.world
+        with world.lock:
+            generation = world.generation[self.rank]
+            world.generation[self.rank] += 1
+            world.arrived[generation] = world.arrived.get(generation, 0) + 1
+            world.counts[generation] = world.counts.get(generation, 0) + int(flag)
+            world.lock.notify_all()
+            if not world.lock.wait_for(lambda: world.arrived[generation] >= self.size, timeout):
+                return None
+            return world.counts[generation]
 
     def flush(self, timeout: float) -> None:
         pass  # sends complete at once

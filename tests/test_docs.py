@@ -3,17 +3,20 @@ every failure cause is documented, every link resolves, and the README stays a f
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
 from mpiray.config import Config
-from mpiray.errors import ConfigError
+from mpiray.errors import ConfigError, Interrupted
 from mpiray.logs.events import KINDS
 from mpiray.logs.report.classify import CAUSES
 from mpiray.options import OPTIONS, library_config, options_table
+from mpiray.rank.state import HEAD_LOST_EXIT, TIME_LIMIT_EXIT
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -77,3 +80,31 @@ def test_every_module_has_its_row_in_contributing():
             assert f"`{module.parent.relative_to(ROOT).as_posix()}/`" in page, f"CONTRIBUTING.md's table has no row for {path}"
     for tests in re.findall(r"`((?:tests/[\w/]+/)?test_\w+\.py|tests/[\w/]+/)`", page):
         assert (ROOT / tests if tests.startswith("tests/") else ROOT / "tests" / tests).exists(), tests
+
+
+def exit_code_constants() -> set[int]:
+    """Every exit code the launcher's code sets: LaunchError classes' exit_code, the *_EXIT constants, and
+    exit_code=N given to a failure."""
+    found = set()
+    for path in (ROOT / "mpiray").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                    isinstance(node.value.value, int) and not isinstance(node.value.value, bool):
+                names = [ast.unparse(t) for t in node.targets]
+                if names == ["exit_code"] or any(name.endswith("_EXIT") for name in names):
+                    found.add(node.value.value)
+            elif isinstance(node, ast.keyword) and node.arg == "exit_code" and isinstance(node.value, ast.Constant):
+                found.add(node.value.value)
+    return found
+
+
+def test_the_exit_code_table_has_every_code_the_launcher_sets():
+    page = (DOCS / "options.md").read_text()
+    table = re.search(r"<!-- exit codes[^\n]*-->\n(.*?)\n<!-- end of exit codes -->", page, re.S).group(1)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    numbers = {int(code) for code in rows if code.isdigit()}
+    assert exit_code_constants() | {0} == numbers
+    assert TIME_LIMIT_EXIT == 124 and HEAD_LOST_EXIT == 1 and ConfigError.exit_code == 2
+    assert "128+N" in rows and f"{Interrupted(signal.SIGTERM).exit_code} for SIGTERM" in rows["128+N"]
+    assert f"{Interrupted(signal.SIGINT).exit_code} for Ctrl-C" in rows["128+N"]
+    assert "the driver's" in rows

@@ -287,3 +287,8 @@ def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_befor
         cli.check_default_driver(parse_args([], environ={}))
     cli.check_default_driver(parse_args(["--", "python", "mine.py"], environ={}))  # a driver of one's own: fine
     cli.check_default_driver(parse_args(["--dry-run"], environ={}))  # no driver runs
+
+
+def test_a_joining_job_cannot_autoscale_the_cluster_it_joins():
+    with pytest.raises(ConfigError, match="--autoscale and --join do not go together"):
+        parse_args(["--join", "4711", "--autoscale", "1:3"], environ={})

@@ -2,7 +2,8 @@
 config that names mpiray's node provider (provider.py), grows the cluster with worker jobs on the batch
 scheduler and shrinks it when their nodes idle for the cooldown.
 
-MIN and MAX count every node of the cluster, the head job's own included. Each worker job is one Ray
+MIN and MAX count every Ray node of the cluster, the head job's own included (one per rank, or one per host
+with --ray-node-per host). Each worker job is one Ray
 node of --worker-cpus CPUs (default: the head node's) and --worker-gpus GPUs; the rest of it comes from
 the template --worker-job FILE: its #SBATCH (or #PBS) lines (partition, account, qos, walltime, ...)
 and its shell lines (module loads, a venv's activate), run before the node starts. The files of the
@@ -22,7 +23,7 @@ from mpiray import package
 from mpiray.batch import SYSTEMS
 from mpiray.batch.jobs import GONE, WorkerJob
 from mpiray.elastic.registry import Registry, private_root
-from mpiray.errors import ConfigError
+from mpiray.errors import ConfigError, LaunchError
 
 HEAD_TYPE, STATIC_TYPE, WORKER_TYPE = "mpiray.head", "mpiray.static", "mpiray.worker"  # Ray's node types
 
@@ -92,7 +93,11 @@ class Autoscale:
         self.config_path, self.static_path = self.dir / "config.json", self.dir / "static.json"
         self.state_path = self.dir / "state.json"
         self.job_dir = job_dir
-        self.own_nodes = me.comm.size  # one Ray node per rank: the head job's own (--ray-node-per host: fewer)
+        # The head job's own Ray nodes: one per rank, or one per host (--ray-node-per host).
+        self.own_nodes = me.comm.size if config.ray_node_per == "rank" else me.hosts
+        if self.own_nodes is None:
+            raise LaunchError("the job's ranks did not all count their hosts within --startup-timeout: some rank did "
+                              "not start (see the rank logs)", cause="startup_timeout")
 
     def write_config(self, head_share) -> str:
         """Ray's autoscaling config, for the head's `ray start --autoscaling-config`; returns its path."""

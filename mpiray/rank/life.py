@@ -68,6 +68,8 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankL
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
     me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host())
+    if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
+        me.hosts = comm.count(host_comm.rank == 0, config.startup_timeout)
     # What a rank sees of its host does not depend on the session: send it before waiting for one.
     if host_comm.rank != 0:
         host_comm.send(me.view, 0, LOCAL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from array import array
 from typing import Any, Callable
 
 from mpi4py import MPI
@@ -78,6 +79,14 @@ class Comm:
 
         poll_until(take_all, deadline, self.poll_interval, between_polls)
         return got
+
+    def count(self, flag: bool, timeout: float) -> int | None:
+        """How many ranks passed flag=True (a collective: every rank calls it); None past the timeout."""
+        mine, total = array("i", [int(flag)]), array("i", [0])
+        request = self.comm.Iallreduce(mine, total, op=MPI.SUM)
+        if not poll_until(request.Test, Deadline.after(timeout), self.poll_interval / 5):
+            return None
+        return total[0]
 
     def barrier(self, timeout: float) -> bool:
         """True when every rank arrived within timeout seconds."""

@@ -46,6 +46,7 @@ class Rank:
     node: object | None = None  # raynode.node.RayNode: this rank's Ray node, once prepared
     port_block: object | None = None  # host.network.PortBlock: the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
+    hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
 
     @property
     def rank(self) -> int:

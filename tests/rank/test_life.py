@@ -189,3 +189,11 @@ def test_one_ray_node_per_host_leaves_the_hosts_other_ranks_idle(tmp_path, confi
     assert len(leader.cluster.nodes) == 1
     assert sorted(r["fields"]["peer"] for r in job.events(0, "worker_idle")) == [1, 2]
     assert job.events(1, "idle_by_design") and job.events(2, "idle_by_design")
+
+
+@pytest.mark.parametrize("autoscale, hosts", [("1:4", 2), (None, None)])
+def test_the_ranks_count_their_hosts_when_the_autoscaler_counts_ray_nodes_per_host(tmp_path, config, autoscale, hosts):
+    leader = ScriptedLeader()
+    job = Job(tmp_path, 4, leader, replace(config, ray_node_per="host", autoscale=autoscale), hosts=["a", "a", "b", "b"])
+    assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert leader.me.hosts == hosts
