@@ -6,9 +6,9 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS.parent), str(TESTS)]
 
-from mpiray.cli import main  # noqa: E402
+from mpiray.cli import run  # noqa: E402
 
 from reword import reword  # noqa: E402
 
 reword()
-sys.exit(main())
+sys.exit(run(sys.argv[1:], prog="reworded.py"))
