@@ -24,6 +24,7 @@ class Config:
     resources: str | None = None  # custom Ray resources of each node, JSON (ray start --resources)
     stop_grace: float = 30.0
     time_limit: float | None = None
+    walltime_margin: float | None = None  # seconds before the batch job's end to stop the driver (None: auto)
     interface: str | None = None
     temp_dir: Path = Path("/tmp")
     auth: bool = True

@@ -37,11 +37,11 @@ MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
 # these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES,
 # TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the test
-# hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, DIR); the Slurm testbed (TESTBED_DIR,
-# KEEP_TESTBED).
+# hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, TORCH, DIR); the Slurm testbed
+# (TESTBED_DIR, KEEP_TESTBED).
 OTHER_VARIABLES = (
     "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP",
-    "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN", "MPIRAY_SITE_MPI", "MPIRAY_DIR",
+    "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN", "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR",
     "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED",
 )
 
@@ -283,6 +283,10 @@ OPTIONS = (
            shown_default="30 (Slurm's default KillWait)"),
     Option("time_limit", None, "stop the driver after this many seconds (SIGTERM, the grace, SIGKILL); exit code "
            "124", _positive_seconds, shown_default="none"),
+    Option("walltime_margin", None, "stop the driver this many seconds before the batch job's walltime ends "
+           "(SIGTERM, the grace, SIGKILL; exit code 124), so that it checkpoints before the batch system kills the "
+           "job; by default only under PBS, which warns no job (its end read from qstat); Slurm jobs get "
+           "--signal=TERM@N instead; 0: never", _seconds, shown_default="PBS: --stop-grace + 30; else off"),
     Option("interface", None, "network interface whose address the nodes advertise, e.g. ib0 or hsn0",
            _interface, shown_default="the one that routes to the head"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "

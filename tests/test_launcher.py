@@ -158,6 +158,24 @@ def test_time_limit_stops_a_hanging_driver(tmp_path):
     assert_nothing_left(run)
 
 
+def test_a_walltime_end_the_scheduler_names_stops_the_driver_margin_seconds_before(tmp_path, pace):
+    # A Slurm job's end (SLURM_JOB_END_TIME) with an explicit --walltime-margin, as under PBS by default:
+    # the driver gets SIGTERM and its grace, and the job ends (124) before its walltime would.
+    marker = tmp_path / "driver-got-sigterm"
+    driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600", "--sigterm-marker", str(marker)]
+    margin, start_up = 20, pace.deadline(phases=2)
+    ends_at = int(time.time() + start_up + margin)
+    run = launch(tmp_path, 2, args=["--walltime-margin", str(margin), "--stop-grace", "3"], driver=driver,
+                 env={"SLURM_JOB_ID": "77", "SLURM_JOB_END_TIME": str(ends_at)}, tag="walltime")
+    assert run.returncode == 124, run.stderr[-3000:]
+    assert time.time() < ends_at  # ended before the walltime
+    watched, near = run.event(0, "walltime_watched"), run.event(0, "walltime_near")
+    assert watched["ends_at"] == near["ends_at"] == ends_at and near["margin"] == margin
+    assert marker.exists() and exit_codes(run.job_dir, 2) == [124, 124]
+    assert causes(run.job_dir) == {"walltime": [0]}
+    assert_nothing_left(run)
+
+
 def start_until_probe(tmp_path: Path, tag: str, *driver_args: str) -> tuple[subprocess.Popen, str]:
     """A 2-rank job whose driver (tests/drivers/probe.py) is running: it printed its probe line."""
     job_id = new_job_id(tag)

@@ -134,6 +134,7 @@ class Environment:
     mpi_type: str | None = None  # the process-manager plugin srun offered (srun --mpi=X)
     netmod: str | None = None  # MPICH's network module, if set (MPIR_CVAR_CH4_NETMOD: ucx, ofi)
     ends_at: float | None = None  # when the job's walltime ends (seconds since 1970), if the scheduler says
+    scheduler_job_id: str | None = None  # the job id as the scheduler's commands take it: PBS's "1234.server"
 
     def describe(self) -> str:
         tasks = f", {self.launched_tasks} tasks" if self.launched_tasks else ""
@@ -199,6 +200,7 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
         scheduler=scheduler.name if scheduler else "none",
         launcher=launcher.name if launcher else "none",
         job_id=_job_id(environ, scheduler) if scheduler else None,
+        scheduler_job_id=_first(environ, scheduler.job_id) if scheduler else None,
         launched_tasks=_positive_int(_first(environ, launcher.size)) if launcher else None,
         task_rank=_index(_first(environ, launcher.rank)) if launcher else None,
         cpus_per_task=_cpus_per_task(environ, scheduler) if scheduler else None,

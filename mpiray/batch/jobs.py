@@ -60,7 +60,7 @@ class BatchSystem(Protocol):
         """The worker job's batch script, its directives first."""
 
     def submit(self, script: str) -> str:
-        """The new job's id; raises SubmitFailed with the scheduler's own words."""
+        """The new job's id; raises CommandFailed with the scheduler's own words."""
 
     def states(self, job_ids: list[str]) -> dict[str, str]:
         """Each job's state: PENDING, RUNNING, or GONE (ended, cancelled, unknown to the scheduler now)."""
@@ -77,16 +77,16 @@ def script_body(job: WorkerJob) -> list[str]:
     return body
 
 
-class SubmitFailed(Exception):
-    pass
+class CommandFailed(Exception):
+    """A scheduler's command (sbatch, qsub, qstat, ...) failed or did not answer; the message has its words."""
 
 
 def run_command(argv: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     try:
         result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise SubmitFailed(f"{argv[0]}: {error}") from None
+        raise CommandFailed(f"{argv[0]}: {error}") from None
     if check and result.returncode != 0:
-        raise SubmitFailed(f"{' '.join(argv[:2])} exited {result.returncode}: {result.stderr.strip()[-500:]}")
+        raise CommandFailed(f"{' '.join(argv[:2])} exited {result.returncode}: {result.stderr.strip()[-500:]}")
     return result
 

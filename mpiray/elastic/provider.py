@@ -45,7 +45,7 @@ from ray.autoscaler.tags import (
 )
 
 from mpiray.batch import SYSTEMS
-from mpiray.batch.jobs import GONE, PENDING, RUNNING, SubmitFailed, WorkerJob
+from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob
 from mpiray.elastic.autoscale import HEAD_TYPE, STATIC_TYPE, WORKER_TYPE, active_jobs, load, save
 from mpiray.logs.events import RankLog
 
@@ -160,7 +160,7 @@ class BatchNodeProvider(NodeProvider):
         self.state["next_id"] += 1
         try:
             job_id = self.scheduler.submit(self.scheduler.script(self.job, int(node_id)))
-        except SubmitFailed as error:
+        except CommandFailed as error:
             self._failed(node_id, "", f"submit failed: {error}")
             return
         now = time.time()

@@ -212,7 +212,7 @@ class Published:
             job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
             pid=os.getpid(), uid=os.getuid(), ray=ray_version(), python=sys.version.split()[0],
             log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
-            ends_at=me.env.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
+            ends_at=me.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
             cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
             dashboard_port=me.node.spec.ports.dashboard if config.dashboard and me.node is not None else None,
         )

@@ -88,6 +88,12 @@ KINDS = _kinds(
     registry_failed=(WARNING, "the cluster registry {root} cannot be used ({problem}): --join and attach will not "
                               "find this cluster"),
     joining=(INFO, "joining cluster {cluster} at {gcs_address} (its head on {head_host}) with {workers} more ranks"),
+    batch_job=(INFO, "{scheduler} job {job_id}: select {select}, CPUs per host {cpus}, walltime {walltime} s, run "
+                     "{run_count}"),  # + hosts, started, ends_at (seconds since 1970)
+    batch_job_unknown=(WARNING, "{scheduler} job {job_id}: not known to this host's scheduler commands ({problem}): "
+                                "no walltime deadline is kept"),
+    select_without_ncpus=(WARNING, "select {select} names no ncpus: PBS gives such a chunk 1 CPU, and its Ray node "
+                                   "offers 1 (ask for them: select=N:ncpus=C)"),  # + cause
     # -- the leader's step (rank 0) ------------------------------------------------------------
     serving=(INFO, "this job's {nodes} nodes ({cpus} CPUs) serve cluster {cluster} until it ends or this job does"),
     cluster_ended=(INFO, "cluster {cluster} ended: this job's nodes leave it"),
@@ -98,6 +104,10 @@ KINDS = _kinds(
     script_ended=(INFO, "the script ended with code {code} ({how})"),
     stop_signal=(WARNING, "signal {signum}: SIGTERM to the driver, {grace:g} s to finish"),
     time_limit=(ERROR, "the driver ran past --time-limit {limit:g} s: SIGTERM, then SIGKILL after {grace:g} s"),
+    walltime_watched=(INFO, "the batch job's walltime ends at {ends_at:.0f}: the driver is stopped {margin:g} s before, "
+                            "in {seconds:g} s (--walltime-margin)"),
+    walltime_near=(ERROR, "the batch job's walltime ends in {margin:g} s: SIGTERM to the driver, then SIGKILL after "
+                          "{grace:g} s, before the batch system kills the job"),  # + ends_at, cause
     head_lost=(ERROR, "the head's Ray node exited (code {code}, see {output}): stopping the driver"),
     script_stuck=(ERROR, "the script did not end within {grace:g} s of being told to: ending this process "
                          "without it"),

@@ -25,6 +25,7 @@ from mpiray.elastic.registry import HEARTBEAT_S, Published
 from mpiray.errors import ConfigError, LaunchError, StartupTimeout
 from mpiray.host import network
 from mpiray.logs import progress
+from mpiray.rank.batchjob import read_batch_job
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
     CONTROL,
@@ -113,6 +114,7 @@ class Head:
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
+            read_batch_job(me)  # after the start, off its critical path: a qstat under PBS
             self.publish(cluster)
             if self.autoscale is not None:
                 self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])

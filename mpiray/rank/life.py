@@ -13,6 +13,7 @@ its failure maps to.
 from __future__ import annotations
 
 import socket
+import time
 import traceback
 from typing import Callable
 
@@ -23,6 +24,7 @@ from mpiray.errors import Interrupted, LaunchError
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import teardown
+from mpiray.rank.batchjob import walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.joiner import Joiner
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
@@ -132,10 +134,11 @@ def drive(me: Rank, head: RankZeroRole, leader: Leader) -> int:
 
 
 def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
-    """While the leader runs: its end, a stop signal, --time-limit, the cluster's heart (head.lost()), lost
-    worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's heartbeat meanwhile."""
+    """While the leader runs: its end, a stop signal, --time-limit, the batch job's walltime, the cluster's
+    heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
+    heartbeat meanwhile."""
     config = me.config
-    limit = Deadline.after(config.time_limit) if config.time_limit else None
+    limits = time_limits(me)
     while True:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
@@ -146,8 +149,9 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
             leader.stop(config.stop_grace, 128 + me.stop.signum)
             return 128 + me.stop.signum
-        if limit is not None and limit.expired():
-            me.log.event("time_limit", limit=config.time_limit, grace=config.stop_grace, cause="time_limit")
+        passed = next(((name, fields) for deadline, name, fields in limits if deadline.expired()), None)
+        if passed is not None:
+            me.log.event(passed[0], **passed[1], grace=config.stop_grace)
             leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
             return TIME_LIMIT_EXIT
         lost = head.lost()
@@ -159,6 +163,22 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             return code
         while (event := me.comm.poll(tag=EVENT)) is not None:
             me.log.event("node_lost", peer=event[0], message=event[2])
+
+
+def time_limits(me: Rank) -> list[tuple[Deadline, str, dict]]:
+    """When the leader must be stopped, and the event that says why: --time-limit, and the walltime's end
+    where rank 0 keeps that deadline itself (batchjob.walltime_stop)."""
+    config, limits = me.config, []
+    if config.time_limit:
+        limits.append((Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
+                                                                          "cause": "time_limit"}))
+    stop = walltime_stop(config, me.env.scheduler, me.ends_at)
+    if stop is not None:
+        at, margin = stop
+        limits.append((Deadline.after(at - time.time()), "walltime_near", {"ends_at": me.ends_at, "margin": margin,
+                                                                           "cause": "walltime"}))
+        me.log.event("walltime_watched", ends_at=me.ends_at, margin=margin, seconds=round(at - time.time(), 1))
+    return limits
 
 
 def leave(me: Rank, code: int, process_ends: bool) -> None:

@@ -47,6 +47,7 @@ class Rank:
     port_block: object | None = None  # host.network.PortBlock: the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
     hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
+    ends_at: float | None = None  # rank 0: when the batch job's walltime ends, once the cluster is up (batchjob.py)
 
     @property
     def rank(self) -> int:

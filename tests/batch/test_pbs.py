@@ -1,8 +1,11 @@
-"""A PBS worker job's script (mpiray/batch/pbs.py), as text."""
+"""PBS as mpiray reads it (mpiray/batch/pbs.py): a job's facts from qstat's JSON, and a worker job's script."""
 
 from __future__ import annotations
 
 import shlex
+import time
+
+import pytest
 
 from mpiray.batch import jobs, pbs
 
@@ -24,3 +27,40 @@ def test_a_pbs_worker_job_asks_for_one_chunk_of_the_nodes_shape():
     assert "#PBS -N mpiray-1234-w3" in lines and "#PBS -l select=1:ncpus=4:ngpus=1" in lines
     assert "#PBS -q debug" in lines and "#SBATCH --partition=debug" not in script
     assert command_of(script)[:3] == ["mpiexec", "-n", "1"] and "--join" in command_of(script)
+
+
+# A running job of `qstat -f -F json 12.pbs-server` on the PBS testbed (OpenPBS 23.06), abridged.
+RUNNING = {
+    "Job_Name": "ray", "Job_Owner": "mpiraypbs@pbs-server", "job_state": "R", "queue": "workq",
+    "exec_host": "mpiray-pbs1/0*2+mpiray-pbs2/0*2+mpiray-pbs3/0*2",
+    "exec_vnode": "(mpiray-pbs1:ncpus=2)+(mpiray-pbs2:ncpus=2)+(mpiray-pbs3:ncpus=2)",
+    "Resource_List": {"ncpus": 6, "nodect": 3, "place": "scatter", "select": "3:ncpus=2", "walltime": "00:05:00"},
+    "stime": "Wed Nov 25 03:05:06 2026", "run_count": 1, "substate": 42,
+}
+
+
+def test_a_jobs_facts_are_read_from_qstats_json():
+    facts = pbs.job_facts(RUNNING, "12.pbs-server")
+    assert facts.hosts == ("mpiray-pbs1", "mpiray-pbs2", "mpiray-pbs3")
+    assert facts.cpus == {"mpiray-pbs1": 2, "mpiray-pbs2": 2, "mpiray-pbs3": 2}
+    assert (facts.walltime, facts.run_count, facts.exit_status, facts.state) == (300.0, 1, None, "R")
+    assert facts.ends_at == facts.started + 300 and time.localtime(facts.started)[:6] == (2026, 11, 25, 3, 5, 6)
+    finished = pbs.job_facts({**RUNNING, "job_state": "F", "Exit_status": 271, "run_count": 2}, "12.pbs-server")
+    assert (finished.exit_status, finished.run_count) == (271, 2)
+
+
+@pytest.mark.parametrize("exec_vnode, cpus", [
+    ("(n1:ncpus=2)+(n2:ncpus=2:mem=1048576kb)", {"n1": 2, "n2": 2}),
+    ("(n1:ncpus=1)+(n1:ncpus=1)", {"n1": 2}),  # two chunks on one host (place=pack)
+    ("(n1[0]:ncpus=32+n1[1]:ncpus=32)", {"n1": 64}),  # one chunk across a host's vnodes
+    ("(n1:mem=1gb)", {"n1": 0}),
+    ("", {}),
+])
+def test_cpus_per_host_come_from_exec_vnode(exec_vnode, cpus):
+    assert pbs.vnode_cpus(exec_vnode) == cpus
+
+
+def test_select_chunks_and_durations():
+    assert pbs.select_chunks("3:ncpus=2+ngpus=4:ncpus=8") == [(3, {"ncpus": "2"}), (1, {"ngpus": "4", "ncpus": "8"})]
+    assert pbs.select_chunks("2") == [(2, {})]
+    assert [pbs.duration(t) for t in ("01:00:00", "10:00", "90", "", None, "1:x")] == [3600, 600, 90, None, None, None]

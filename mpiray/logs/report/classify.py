@@ -58,6 +58,14 @@ CAUSES = {
     "time_limit": Cause(
         "the driver ran past --time-limit and was stopped (exit code 124)",
         "raise --time-limit, or checkpoint and go on in the next job"),
+    "walltime": Cause(
+        "the batch job's walltime was about to end: mpiray stopped the driver --walltime-margin seconds before it "
+        "(exit code 124)",
+        "ask for more walltime, or let the driver checkpoint and continue in the next job (the trainer does: "
+        "resubmit, or qrerun/requeue, and it resumes)"),
+    "select_without_ncpus": Cause(
+        "PBS's select named no ncpus, so each chunk got 1 CPU and its Ray node offers 1",
+        "ask for the CPUs each rank should use: #PBS -l select=N:ncpus=C (and mpiexec --depth C on PALS)"),
     "out_of_memory": Cause(
         "a node ran out of memory: Ray's memory monitor or the kernel killed its processes",
         "give each task less to hold, or each node more memory: fewer Ray nodes per host (--ray-node-per host), "
