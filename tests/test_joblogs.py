@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from mpiray.logs.report import timeline
-
 from helpers import (
     BIN,
     ROOT,
@@ -29,6 +27,7 @@ from helpers import (
     wait_for_event,
 )
 from reword import MARK
+from sample_jobs import bar_pixels
 
 # ---- literal events, shaped as real ones (trimmed) ---------------------------------------------------
 
@@ -37,19 +36,6 @@ from reword import MARK
 
 
 # ---- the command -------------------------------------------------------------------------------
-
-
-def bar_pixels(png: Path) -> tuple[tuple[int, int], dict[str, int]]:
-    """The image's (height, width) and how many pixels have each segment's colour."""
-    import numpy
-    from matplotlib import colors, image
-
-    pixels = (image.imread(png)[:, :, :3] * 255).round().astype(int)
-    counts = {}
-    for kind, colour in timeline.COLOURS.items():
-        rgb = numpy.array([round(c * 255) for c in colors.to_rgb(colour)])
-        counts[kind] = int((numpy.abs(pixels - rgb).sum(axis=2) <= 6).sum())
-    return pixels.shape[:2], counts
 
 
 # ---- real jobs (mpirun) ------------------------------------------------------------------------
@@ -196,7 +182,6 @@ def test_logs_of_a_job_whose_mpirun_was_killed(tmp_path):
     assert "exit code unknown" in text and "no exit line (killed, or still running): ranks 0-1" in text
 
 
-PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
 
 
 def normalized_report(job_dir: Path) -> list[str]:

@@ -9,20 +9,14 @@ import pytest
 from mpiray.batch import jobs, slurm
 from mpiray.package import module_command
 
-JOB = jobs.WorkerJob(cluster="1234", python="/home/u/mpiray/.venv/bin/python",
-                      log_dir="/scratch/logs/1234", cpus=4, gpus=1,
-                      directives=("#SBATCH --partition=debug", "#SBATCH --time=00:30:00", "#PBS -q debug"),
-                      setup="module load gcc\nsource /home/u/mpiray/.venv/bin/activate",
-                      env={"MPIRAY_REGISTRY": "/home/u/.mpiray/clusters", "MPIR_CVAR_CH4_NETMOD": "ofi"})
-
 
 def command_of(script: str) -> list[str]:
     (line,) = [line for line in script.splitlines() if line.startswith("exec ")]
     return shlex.split(line[len("exec "):])
 
 
-def test_a_slurm_worker_job_is_one_rank_that_joins_the_cluster_as_its_node():
-    script = slurm.slurm_script(JOB, 7)
+def test_a_slurm_worker_job_is_one_rank_that_joins_the_cluster_as_its_node(worker_job):
+    script = slurm.slurm_script(worker_job, 7)
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
     for directive in ("#SBATCH --job-name=mpiray-1234-w7", "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=4",
