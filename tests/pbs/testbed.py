@@ -1,0 +1,424 @@
+"""A three-host OpenPBS cluster on one machine, for testing the launcher under real qsub, qdel and qrerun.
+
+The PBS server (with its scheduler, comm and datastore) runs on the host mpiray-pbs-server, the
+machine's end of a private bridge; each of the three moms is a host of its own: a network namespace
+with its own address and hostname, its own PBS_HOME. The hosts share the PID space, the filesystem and
+the CPUs, like the nodes of a shared HPC machine, and this testbed can be up beside the Slurm one.
+
+    python tests/pbs/testbed.py up | down | status | env
+
+Needs root, the OpenPBS build of tests/pbs/install.sh, and network namespaces. PBS runs no job of
+root: jobs are submitted as the ordinary user install.sh made (MPIRAY_PBS_USER, default mpiraypbs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: python tests/pbs/testbed.py up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from netns import (  # noqa: E402
+    POLL_INTERVAL_S,
+    Daemons,
+    Network,
+    Node,
+    TestbedError,
+    alive,
+    link_exists,
+    processes_on,
+    processes_with,
+    remove_stale_mpich_segments,
+    run,
+    terminate,
+)
+from netns import unavailable_reason as _unavailable  # noqa: E402
+
+STATE_DIR_ENV = "MPIRAY_PBS_TESTBED_DIR"
+KEEP_ENV = "MPIRAY_KEEP_TESTBED"
+USER_ENV = "MPIRAY_PBS_USER"
+# Not below /tmp: PBS refuses a PBS_HOME whose path passes a directory others may write ("Security violation").
+DEFAULT_STATE_DIR = Path("/var/spool/mpiray-pbs")
+MARKER_FILE = ".mpiray-pbs-testbed"  # down() deletes only a state dir that holds it
+ROOT = Path(__file__).resolve().parents[2]
+VENDOR = ROOT.parent / "shared" / "vendor" / "openpbs-23.06.06-cd7ab5eda.tar.gz"
+SOURCE = "https://github.com/openpbs/openpbs (commit cd7ab5edaf03dcac2f1cb9e2f42d75eb117d468a)"
+
+PBS_EXEC = Path("/opt/pbs")
+BUILD_STAMP = PBS_EXEC / ".mpiray-openpbs-sha256"
+CONF = Path("/etc/pbs.conf")  # the server's, and every PBS command's wherever it runs (a job's qsub too)
+SUBNET = ipaddress.ip_network("10.78.0.0/24")  # the Slurm testbed has 10.77.0.0/24
+SERVER_IP = "10.78.0.1"
+# A host name of its own: PBS refuses one that resolves to loopback, as a workstation's own often does.
+SERVER = "mpiray-pbs-server"
+BRIDGE = "mpiray-pbsbr0"
+NODE_COUNT = 3
+# Declared above the machine's 2 cores, as a site's nodes have many: two jobs of 3 x 2 CPUs fit at once.
+CPUS_PER_NODE = 4
+KILL_DELAY_S = 30  # SIGTERM to SIGKILL on qdel, qrerun and the walltime (PBS's default is 10 s)
+DEFAULT_USER = "mpiraypbs"
+UP_TIMEOUT_S = 120.0
+MPICH_NETMOD = "ofi"  # as the Slurm testbed's jobs: MPICH's UCX netmod needs a real fabric
+FINISHED = "F"  # job_state of a job that ended (kept as history: job_history_enable)
+SERVER_DAEMONS = {  # name -> the lock file of PBS_HOME that holds its PID
+    "pbs_server": "server_priv/server.lock", "pbs_sched": "sched_priv/sched.lock",
+    "pbs_comm": "server_priv/comm.lock", "postgres": "datastore/postmaster.pid",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Testbed:
+    """Where the testbed lives; describes it whether or not it is up."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    state_dir: Path
+    nodes: tuple[Node, ...]
+    user: str = DEFAULT_USER
+    server: str = SERVER
+
+    @property
+    def server_home(self) -> Path:
+        return self.state_dir / "server"
+
+    def mom_home(self, node: Node) -> Path:
+        return self.state_dir / node.name
+
+    def mom_conf(self, node: Node) -> Path:
+        return self.state_dir / f"{node.name}.conf"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def network(self) -> Network:
+        return Network(BRIDGE, SUBNET, SERVER_IP, self.nodes, "mpiray pbs testbed (tests/pbs/testbed.py)",
+                       extra_names=((SERVER_IP, self.server),))
+
+    @property
+    def daemons(self) -> Daemons:
+        return Daemons(self.state_dir / "pid", self.log_dir)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [node.name for node in self.nodes]
+
+    @property
+    def node_ips(self) -> list[str]:
+        return [node.ip for node in self.nodes]
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for qsub, qstat, qdel, pbsnodes against this testbed."""
+        env = dict(os.environ if base is None else base)
+        for name in list(env):
+            if name.startswith(("PBS_", "PMI", "SLURM_")):  # of an enclosing job
+                del env[name]
+        env["PATH"] = os.pathsep.join([str(PBS_EXEC / "bin"), env.get("PATH", "/usr/bin:/bin")])
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", MPICH_NETMOD)
+        return env
+
+    def run(self, cmd: list[str], timeout: float, user: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+        """A PBS command (as root, or as user: PBS runs no job of root) against this testbed; text output."""
+        kwargs.setdefault("capture_output", True)
+        argv = ["runuser", "-u", user, "--", *cmd] if user else cmd
+        return subprocess.run(argv, env=self.env(kwargs.pop("env", None)), text=True, timeout=timeout, **kwargs)
+
+    def submit(self, script: Path | str, *options: str, workdir: Path, variables: dict[str, str] | None = None,
+               timeout: float = 30) -> str:
+        """qsub script as the testbed's user from workdir (its PBS_O_WORKDIR); variables: qsub -v. The job's id."""
+        argv = ["qsub", *options]
+        if variables:
+            argv += ["-v", ",".join(f"{name}={value}" for name, value in variables.items())]
+        result = self.run([*argv, str(script)], timeout, user=self.user, cwd=workdir)
+        if result.returncode != 0:
+            raise TestbedError(f"qsub exited {result.returncode}: {result.stderr.strip()}")
+        return result.stdout.strip()
+
+    def job(self, job_id: str) -> dict | None:
+        """The job as `qstat -f -F json -x` shows it (finished ones too), or None if PBS knows none."""
+        result = self.run(["qstat", "-f", "-F", "json", "-x", job_id], timeout=30)
+        if result.returncode != 0:
+            return None
+        jobs = json.loads(result.stdout).get("Jobs", {})
+        return next(iter(jobs.values()), None)
+
+    def wait_for_state(self, job_id: str, states: str, timeout: float) -> dict:
+        """Poll until the job is in one of states (job_state letters, e.g. "R" or "F"); its record then."""
+        deadline = time.monotonic() + timeout
+        while (record := self.job(job_id)) is None or record["job_state"] not in states:
+            if time.monotonic() > deadline:
+                raise TestbedError(f"job {job_id} not in {states!r} within {timeout:.0f} s: "
+                                   f"{record and record['job_state']}")
+            time.sleep(POLL_INTERVAL_S)
+        return record
+
+    def wait_for_job(self, job_id: str, timeout: float) -> dict:
+        """The finished job's record (Exit_status, run_count, ...)."""
+        return self.wait_for_state(job_id, FINISHED, timeout)
+
+    def node_states(self) -> dict[str, str]:
+        result = self.run(["pbsnodes", "-a", "-F", "json"], timeout=30)
+        if result.returncode != 0:
+            return {}
+        return {name: node["state"] for name, node in json.loads(result.stdout).get("nodes", {}).items()}
+
+    def qmgr(self, command: str) -> None:
+        run(["qmgr", "-c", command], env=self.env())
+
+
+def describe(state_dir: str | Path | None = None) -> Testbed:
+    """The testbed's layout, without touching the machine."""
+    if state_dir is None:
+        state_dir = os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+    hosts = list(SUBNET.hosts())
+    nodes = tuple(Node(name=f"mpiray-pbs{i}", ip=str(hosts[9 + i]), veth=f"mpiray-pveth{i}")
+                  for i in range(1, NODE_COUNT + 1))
+    return Testbed(state_dir=Path(state_dir).resolve(), nodes=nodes, user=os.environ.get(USER_ENV) or DEFAULT_USER)
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot host the testbed (not root, no netns, no OpenPBS source or build), or None."""
+    if not VENDOR.exists() and not BUILD_STAMP.exists():
+        return (f"the PBS testbed builds OpenPBS from {VENDOR}, which is absent: get the source from {SOURCE} "
+                f"(git archive --prefix=openpbs-23.06.06/), put it there, and run tests/pbs/install.sh")
+    reason = _unavailable("PBS testbed")
+    if reason is not None:
+        return reason
+    if not BUILD_STAMP.exists():
+        return "OpenPBS is not built here: run tests/pbs/install.sh (as root; ~2 minutes)"
+    return None
+
+
+def job_processes(testbed: Testbed, job_id: str) -> dict[int, str]:
+    """PID -> command line of every live process of a job on the hosts: all that inherited its PBS_JOBID
+    (the job script, mpiexec and its proxies, ranks, Ray, the driver). Other jobs' are not included."""
+    variable = f"PBS_JOBID={job_id}".encode()
+    return processes_with(testbed.nodes, lambda command, environ: variable in environ)
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def server_conf(testbed: Testbed) -> str:
+    return "\n".join([
+        "# Written by tests/pbs/testbed.py; `testbed.py down` puts back what was here.",
+        f"PBS_SERVER={testbed.server}", "PBS_START_SERVER=1", "PBS_START_SCHED=1", "PBS_START_COMM=1",
+        "PBS_START_MOM=0", f"PBS_EXEC={PBS_EXEC}", f"PBS_HOME={testbed.server_home}",
+        f"PBS_SERVER_HOST_NAME={testbed.server}", f"PBS_LEAF_NAME={testbed.server}",
+        f"PBS_COMM_NAME={testbed.server}", "PBS_CORE_LIMIT=unlimited", ""])
+
+
+def mom_conf(testbed: Testbed, node: Node) -> str:
+    return "\n".join([
+        f"PBS_SERVER={testbed.server}", "PBS_START_SERVER=0", "PBS_START_SCHED=0", "PBS_START_COMM=0",
+        "PBS_START_MOM=1", f"PBS_EXEC={PBS_EXEC}", f"PBS_HOME={testbed.mom_home(node)}",
+        f"PBS_MOM_NODE_NAME={node.name}", f"PBS_LEAF_NAME={node.name}", f"PBS_LEAF_ROUTERS={testbed.server}",
+        "PBS_CORE_LIMIT=unlimited", ""])
+
+
+def _make_mom_home(testbed: Testbed, node: Node) -> None:
+    """A mom's PBS_HOME, with the modes PBS checks (a wrong one and it exits: "Security violation")."""
+    home = testbed.mom_home(node)
+    for sub, mode in (("", 0o755), ("aux", 0o755), ("mom_logs", 0o755), ("checkpoint", 0o700), ("spool", 0o1777),
+                      ("undelivered", 0o1777), ("mom_priv", 0o751), ("mom_priv/jobs", 0o751),
+                      ("mom_priv/hooks", 0o750), ("mom_priv/hooks/tmp", 0o750)):
+        path = home / sub
+        path.mkdir(exist_ok=True)
+        path.chmod(mode)
+    (home / "pbs_environment").write_text("PATH=/bin:/usr/bin\n")
+    # No sshd here: every output copy-back is a local copy (the hosts share the filesystem).
+    (home / "mom_priv" / "config").write_text(f"$clienthost {testbed.server}\n$usecp *:/ /\n")
+    testbed.mom_conf(node).write_text(mom_conf(testbed, node))
+
+
+def _lock_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# --- lifecycle -------------------------------------------------------------------------------
+
+
+def _server_side(testbed: Testbed, action: str, timeout: float) -> subprocess.CompletedProcess:
+    """PBS's own init script (start or stop: server, scheduler, comm, datastore; by their lock files'
+    PIDs), as the host mpiray-pbs-server."""
+    with open(testbed.log_dir / f"pbs_init-{action}.out", "a") as out:
+        return subprocess.run(
+            ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$1" "$2"', testbed.server,
+             str(PBS_EXEC / "libexec" / "pbs_init.d"), action],
+            env={**testbed.env(), "PBS_CONF_FILE": str(CONF)}, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+
+
+def _start(testbed: Testbed, timeout: float) -> None:
+    state = testbed.state_dir
+    state.mkdir(mode=0o755, parents=True, exist_ok=True)
+    (state / MARKER_FILE).touch()
+    for sub in ("log", "pid"):
+        (state / sub).mkdir(exist_ok=True)
+    original = state / "pbs.conf.orig"  # put back by down()
+    if not original.exists():
+        original.write_text(CONF.read_text() if CONF.exists() else "")
+    CONF.write_text(server_conf(testbed))
+    testbed.network.create()
+    result = _server_side(testbed, "start", timeout)
+    for name, lock in SERVER_DAEMONS.items():
+        pid = _lock_pid(testbed.server_home / lock)
+        if pid is None or not alive(pid):
+            raise TestbedError(f"{name} did not start (pbs_init.d start exited {result.returncode}); read "
+                               f"{testbed.log_dir / 'pbs_init-start.out'} and {testbed.server_home}/*_logs/")
+        testbed.daemons.record(name, pid)
+    for node in testbed.nodes:
+        _make_mom_home(testbed, node)
+        # pbs_mom forks itself away; its lock file names it.
+        run(node.command([str(PBS_EXEC / "sbin" / "pbs_mom")]),
+            env={**testbed.env(), "PBS_CONF_FILE": str(testbed.mom_conf(node))})
+        pid = _lock_pid(testbed.mom_home(node) / "mom_priv" / "mom.lock")
+        if pid is None:
+            raise TestbedError(f"pbs_mom on {node.name} did not start: read {testbed.mom_home(node)}/mom_logs/")
+        testbed.daemons.record(f"pbs_mom-{node.name}", pid)
+    for node in testbed.nodes:
+        testbed.qmgr(f"create node {node.name}")
+        testbed.qmgr(f"set node {node.name} resources_available.ncpus = {CPUS_PER_NODE}")
+    for command in ("set server job_history_enable = True",
+                    "set server flatuid = True",  # the user may qsub from the moms (elastic worker jobs)
+                    f"set queue workq kill_delay = {KILL_DELAY_S}"):
+        testbed.qmgr(command)
+
+
+def is_up(state_dir: str | Path | None = None) -> bool:
+    testbed = describe(state_dir)
+    daemons = [*SERVER_DAEMONS, *(f"pbs_mom-{node.name}" for node in testbed.nodes)]
+    return (state_dir_is_ours(testbed) and all(testbed.daemons.pid(name) for name in daemons)
+            and testbed.network.exists())
+
+
+def state_dir_is_ours(testbed: Testbed) -> bool:
+    return (testbed.state_dir / MARKER_FILE).exists()
+
+
+def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Testbed:
+    """Bring the testbed up (or return at once if it already is) and wait for three free moms."""
+    testbed = describe(state_dir)
+    if not is_up(state_dir):
+        reason = unavailable_reason()
+        if reason is not None:
+            raise TestbedError(reason)
+        down(state_dir)  # leftovers of a crashed run
+        remove_stale_mpich_segments()
+        try:
+            _start(testbed, timeout)
+        except BaseException as error:
+            if os.environ.get(KEEP_ENV) == "1":
+                raise
+            saved = _save_logs(testbed)
+            down(state_dir)
+            if isinstance(error, TestbedError):
+                raise TestbedError(f"{error}\n(the testbed is down again; logs copied to {saved}, or set "
+                                   f"{KEEP_ENV}=1 to leave it up)") from error
+            raise
+    deadline = time.monotonic() + timeout
+    while (states := testbed.node_states()) != dict.fromkeys(testbed.node_names, "free"):
+        if time.monotonic() > deadline:
+            raise TestbedError(f"the moms are not free within {timeout:.0f} s: {states}; read "
+                               f"{testbed.state_dir}/mpiray-pbs*/mom_logs/")
+        time.sleep(POLL_INTERVAL_S)
+    return testbed
+
+
+def _save_logs(testbed: Testbed) -> Path:
+    saved = Path(f"{testbed.state_dir}-failed-logs")
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir(parents=True)
+    for logs in [testbed.log_dir, *testbed.server_home.glob("*_logs"), *testbed.state_dir.glob("mpiray-pbs*/mom_logs")]:
+        if logs.is_dir():
+            shutil.copytree(logs, saved / logs.relative_to(testbed.state_dir), dirs_exist_ok=True)
+    return saved
+
+
+def down(state_dir: str | Path | None = None) -> None:
+    """Stop what up() started (the moms and every job process on their hosts, then the server side), put
+    back /etc/pbs.conf, delete the namespaces, bridge, /etc/hosts block and state dir."""
+    testbed = describe(state_dir)
+    state = testbed.state_dir
+    if state.exists() and not state_dir_is_ours(testbed) and any(state.iterdir()):
+        raise TestbedError(f"{state} is not a PBS testbed state directory; not touching it")
+    terminate([pid for node in testbed.nodes for pid in processes_on(node)])  # moms, jobs, Ray
+    if testbed.daemons.pid("pbs_server") or testbed.daemons.pid("postgres"):
+        _server_side(testbed, "stop", timeout=60)
+    terminate([pid for name in SERVER_DAEMONS if (pid := testbed.daemons.pid(name))])
+    original = state / "pbs.conf.orig"
+    if original.exists():
+        CONF.write_text(original.read_text())
+    testbed.network.delete()
+    # What PBS leaves itself: a killed job's TMPDIR (the moms remove those of jobs that end), a boot marker.
+    for leftover in Path("/var/tmp").glob(f"pbs.*.{testbed.server}"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    Path("/var/tmp/pbs_boot_check").unlink(missing_ok=True)
+    if state.exists():
+        shutil.rmtree(state)
+
+
+def status(state_dir: str | Path | None = None) -> str:
+    testbed = describe(state_dir)
+    lines = [f"state dir: {testbed.state_dir} ({'present' if testbed.state_dir.exists() else 'absent'})"]
+    for name in [*SERVER_DAEMONS, *(f"pbs_mom-{node.name}" for node in testbed.nodes)]:
+        pid = testbed.daemons.pid(name)
+        lines.append(f"{name}: {'running, pid %d' % pid if pid else 'not running'}")
+    lines.append(f"bridge {BRIDGE}: {'present' if link_exists(BRIDGE) else 'absent'}")
+    for node in testbed.nodes:
+        present = node.netns_path.exists()
+        extra = f", {len(processes_on(node))} processes" if present else ""
+        lines.append(f"netns {node.name} ({node.ip}): {'present' if present else 'absent'}{extra}")
+    if testbed.daemons.pid("pbs_server"):
+        states = testbed.node_states()
+        lines.append("pbsnodes: " + (", ".join(f"{n}={s}" for n, s in states.items()) if states else "no answer"))
+    lines.append("up" if is_up(state_dir) else "down")
+    return "\n".join(lines)
+
+
+def _exports(testbed: Testbed) -> str:
+    return "\n".join([f"export PATH={PBS_EXEC / 'bin'}:$PATH", f"export {USER_ENV}={shlex.quote(testbed.user)}",
+                      f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("--state-dir", default=None, help=f"default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR}")
+    parser.add_argument("--timeout", type=float, default=UP_TIMEOUT_S, help="seconds to wait for free moms (up)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            started = time.monotonic()
+            testbed = up(args.state_dir, args.timeout)
+            print(f"PBS testbed up in {time.monotonic() - started:.1f} s: server {SERVER}={SERVER_IP}, "
+                  + ", ".join(f"{n.name}={n.ip}" for n in testbed.nodes))
+            print(_exports(testbed))
+        elif args.action == "down":
+            down(args.state_dir)
+            print("PBS testbed down")
+        elif args.action == "status":
+            print(status(args.state_dir))
+        else:
+            print(_exports(describe(args.state_dir)))
+    except TestbedError as error:
+        print(f"testbed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
