@@ -27,11 +27,16 @@ DEPTH=${DEPTH:-64}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 # The network the Ray nodes talk over: the Slingshot interface (`ip -br addr` on a compute node).
 export MPIRAY_INTERFACE=${MPIRAY_INTERFACE:-hsn0}
-# PBS sends no notice before the walltime, so the launcher stops the driver itself after this
-# many seconds (SIGTERM, MPIRAY_STOP_GRACE seconds to save a checkpoint, SIGKILL; the job then
-# ends with code 124): the walltime above less a few minutes for startup and teardown.
-export MPIRAY_TIME_LIMIT=${MPIRAY_TIME_LIMIT:-3300}
+# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint. PBS warns no job before its
+# walltime: the launcher reads the walltime from qstat and stops the driver this long plus 30 s before
+# it ends (--walltime-margin; the job then ends with code 124). On qdel, PBS kills what is left the
+# queue's kill_delay after its SIGTERM (`qmgr -c "list queue debug-scaling kill_delay"`).
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
+# The launcher: Cray's PALS mpiexec, one rank per node with DEPTH hardware threads each. The one line
+# that needs PALS: where PBS runs without it, start the ranks through pbs_tmrsh instead, as
+# jobs/pbs_multi_node.sh does (e.g. MPIEXEC='mpiexec -launcher rsh -launcher-exec
+# "$MPIRAY_DIR/jobs/pbs_tmrsh.sh" -f "$PBS_NODEFILE" -n $nodes -ppn 1' for MPICH).
+MPIEXEC=${MPIEXEC:-'mpiexec -n $nodes --ppn 1 --depth $DEPTH --cpu-bind depth'}
 # ---------------------------------------------------------------------------------------------
 
 set -uo pipefail
@@ -40,13 +45,13 @@ cd "$PBS_O_WORKDIR" || exit 1
 
 nodes=$(sort -u "$PBS_NODEFILE" | wc -l)
 job_id=${PBS_JOBID%%.*}  # "1234.polaris-pbs-01..." -> "1234", as the launcher names logs/JOB_ID
-echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers;" \
-     "the driver stops after $MPIRAY_TIME_LIMIT s"
+echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers"
 
 # What this job does not need:
 # - no fixed waits: each rank waits until the GCS lists its own Ray node, then rank 0 starts the
 #   driver; a node that never joins is named in rank 0's log at --startup-timeout;
 # - no cluster password: the launcher makes a per-job token that only this job's ranks know;
+# - no --time-limit: the launcher reads the walltime from PBS and stops the driver in time;
 # - no `ray stop` at the end: each rank stops exactly the processes it started.
 #
 # mpiexec options (PALS): -n ranks in all, --ppn 1 one rank per node, --depth/--cpu-bind depth
@@ -54,9 +59,9 @@ echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers;" \
 # `qdel JOBID` sends SIGTERM, which mpiexec passes on: rank 0 gives the driver
 # MPIRAY_STOP_GRACE seconds; PBS kills what is left after its kill_delay.
 code=0
-mpiexec -n "$nodes" --ppn 1 --depth "$DEPTH" --cpu-bind depth \
-    python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" \
-        --num-gpus "$GPUS_PER_NODE" || code=$?
+eval "launcher=($MPIEXEC)"  # its variables expanded, its words split as the shell would
+"${launcher[@]}" python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" --num-gpus "$GPUS_PER_NODE" \
+    || code=$?
 
 echo "job $job_id: exit code $code; per-rank logs in $PBS_O_WORKDIR/logs/$job_id/"
 exit "$code"  # the job's Exit_status in `qstat -fx`: the driver's

@@ -25,7 +25,7 @@ from mpiray.batch import environment
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.elastic.autoscale import parse_bounds
 from mpiray.errors import ConfigError
-from mpiray.raynode import commands, raycompat
+from mpiray.raynode import commands, private, raycompat
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -223,6 +223,18 @@ def say(environ: Mapping[str, str], kind: str, message: str) -> None:
         print(f"mpiray: {kind}: {message}", file=sys.stderr)
 
 
+def default_temp_dir(environ: Mapping[str, str]) -> Path:
+    """TMPDIR (a batch system's per-job dir on the node), else /tmp; /tmp too where TMPDIR is too long for
+    Ray's socket paths: PBS's /var/tmp/pbs.JOBID.SERVER often is (the rank's 0700 dir keeps /tmp safe)."""
+    tmpdir = environ.get("TMPDIR", "").strip()
+    if tmpdir and private.socket_path_problem(Path(tmpdir)) is None:
+        return Path(tmpdir)
+    if tmpdir:
+        say(environ, "note", f"TMPDIR={tmpdir} is too long for Ray's socket paths (107 bytes at most): the ranks' "
+                             f"private dirs go to /tmp (--temp-dir sets another)")
+    return Path("/tmp")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: the Config field and init() keyword `name`, the flag --name-with-dashes, MPIRAY_NAME."""
@@ -247,7 +259,7 @@ class Option:
     def default_in(self, environ: Mapping[str, str]) -> Any:
         """The default, unless its MPIRAY_ variable says otherwise (checked as the flag would be)."""
         if self.name == "temp_dir" and _setting(environ, self.variable) is None:
-            return Path(environ.get("TMPDIR") or "/tmp")
+            return default_temp_dir(environ)
         text = _setting(environ, self.variable)
         if text is None:
             return self.default

@@ -7,7 +7,7 @@
 #   4. the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the Open MPI wheel,
 #      Debian's MPICH; each built once into .envs/ and kept)
 #   bash tests/run.sh                  # all of it, as CI runs it
-#   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. -m "not slow and not slurm and not train"
+#   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. -m "not slow and not slurm and not train and not pbs"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
@@ -22,7 +22,7 @@ fi
 status=0
 started=$SECONDS
 .venv/bin/ruff check . || status=1
-.venv/bin/python -m pytest -m "not slow and not slurm and not train" || status=$?
+.venv/bin/python -m pytest -m "not slow and not slurm and not train and not pbs" || status=$?
 echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 # The Slurm testbed stays up from one pytest run to the next; the last one takes it down (unless kept).
 keep_testbed=${MPIRAY_KEEP_TESTBED:-0}

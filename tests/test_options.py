@@ -292,3 +292,11 @@ def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_befor
 def test_a_joining_job_cannot_autoscale_the_cluster_it_joins():
     with pytest.raises(ConfigError, match="--autoscale and --join do not go together"):
         parse_args(["--join", "4711", "--autoscale", "1:3"], environ={})
+
+
+def test_a_tmpdir_too_long_for_rays_sockets_gives_way_to_tmp_with_a_note(capsys):
+    pbs_tmpdir = "/var/tmp/pbs.1234567.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"  # as PBS sets it
+    assert parse_args([], environ={"TMPDIR": pbs_tmpdir}).temp_dir == Path("/tmp")
+    assert f"TMPDIR={pbs_tmpdir} is too long for Ray's socket paths" in capsys.readouterr().err
+    assert parse_args([], environ={"TMPDIR": "/var/tmp/j7"}).temp_dir == Path("/var/tmp/j7")  # short enough
+    assert capsys.readouterr().err == ""

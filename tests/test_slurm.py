@@ -101,7 +101,7 @@ def test_the_batch_scripts_are_all_there():
     names = {script.name for script in SCRIPTS}
     assert {"slurm_single_node.sh", "slurm_multi_node.sh", "slurm_hetjob.sh", "pbs_polaris.sh",
             "alps_theta.sh", "slurm_elastic.sh", "slurm_worker_template.sh", "pbs_elastic.sh",
-            "pbs_worker_template.sh"} <= names
+            "pbs_worker_template.sh", "pbs_multi_node.sh", "pbs_tmrsh.sh"} <= names
 
 
 # ---- srun ---------------------------------------------------------------------------------

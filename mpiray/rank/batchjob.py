@@ -35,7 +35,8 @@ def read_batch_job(me: Rank) -> None:
     me.log.event("batch_job", scheduler="pbs", job_id=facts.job_id, select=facts.select, cpus=facts.cpus,
                  hosts=list(facts.hosts), walltime=facts.walltime, started=facts.started, ends_at=facts.ends_at,
                  run_count=facts.run_count)
-    if any("ncpus" not in fields for _, fields in pbs.select_chunks(facts.select)):
+    # A site may give chunks whole nodes by default (default_chunk.ncpus): only a 1-CPU chunk is a mistake.
+    if any("ncpus" not in fields for _, fields in pbs.select_chunks(facts.select)) and 1 in facts.cpus.values():
         me.log.event("select_without_ncpus", select=facts.select, cause="select_without_ncpus")
 
 

@@ -127,7 +127,7 @@ class Head:
         me, config = self.me, self.me.config
         job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
         me.log.open(config.log_dir / job_id)
-        log_context(me)
+        log_context(me, job_id)
         head_ip = network.head_address(config.interface)
         if config.port and not network.port_is_free(config.port):
             raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",

@@ -26,9 +26,10 @@ JOIN_ATTEMPTS = 3
 AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provider asks squeue at most this often)
 
 
-def log_context(me: Rank) -> None:
-    me.log.event("rank_started", size=me.comm.size, launch=me.env.describe(),
-                 scheduler=me.env.scheduler, launcher=me.env.launcher, job_id=me.session.job_id if me.session else "",
+def log_context(me: Rank, job_id: str = "") -> None:
+    """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
+    me.log.event("rank_started", size=me.comm.size, launch=me.env.describe(), scheduler=me.env.scheduler,
+                 launcher=me.env.launcher, job_id=job_id or (me.session.job_id if me.session else ""),
                  mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
 

@@ -49,7 +49,7 @@ class PrivateDir:
     @classmethod
     def create(cls, root: Path, label: str) -> PrivateDir:
         """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
-        problem = commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
+        problem = socket_path_problem(root, label)
         if problem:
             raise ConfigError(problem, cause="socket_path_too_long")
         for _ in range(100):
@@ -89,6 +89,12 @@ class PrivateDir:
 
     def remove(self) -> None:
         shutil.rmtree(self.path)  # fd-based on Linux: a symlink inside is removed, never followed
+
+
+def socket_path_problem(root: Path, label: str = "r99999") -> str | None:
+    """Why Ray's socket paths in a private dir below root would pass 107 bytes (label: the dir's, by
+    default a rank's of a job of 100,000 ranks), or None."""
+    return commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
 
 
 def where_we_are() -> tuple[str, str, str]:

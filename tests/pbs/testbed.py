@@ -20,6 +20,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -289,9 +290,16 @@ def _start(testbed: Testbed, timeout: float) -> None:
         if pid is None:
             raise TestbedError(f"pbs_mom on {node.name} did not start: read {testbed.mom_home(node)}/mom_logs/")
         testbed.daemons.record(f"pbs_mom-{node.name}", pid)
+    # Site resources that jobs/pbs_polaris.sh asks for, as ALCF's Polaris defines them.
+    testbed.qmgr("create resource system type=string,flag=h")
+    testbed.qmgr("create resource filesystems type=string")
     for node in testbed.nodes:
         testbed.qmgr(f"create node {node.name}")
         testbed.qmgr(f"set node {node.name} resources_available.ncpus = {CPUS_PER_NODE}")
+        testbed.qmgr(f"set node {node.name} resources_available.system = polaris")
+    sched_config = testbed.server_home / "sched_priv" / "sched_config"  # the scheduler matches select on these
+    sched_config.write_text(sched_config.read_text().replace('\nresources: "ncpus,', '\nresources: "system, ncpus,'))
+    os.kill(testbed.daemons.pid("pbs_sched"), signal.SIGHUP)  # re-read
     for command in ("set server job_history_enable = True",
                     "set server flatuid = True",  # the user may qsub from the moms (elastic worker jobs)
                     f"set queue workq kill_delay = {KILL_DELAY_S}"):

@@ -94,6 +94,9 @@ class RankFacts:
     job_errors: list[tuple[float, int, str, str, str, str]] = field(default_factory=list)
     steps: list[tuple[float, str]] = field(default_factory=list)  # every event: (time, its name)
     warnings: list[tuple[float, str]] = field(default_factory=list)
+    # Warnings that name a cause (a mistake that may explain a failure later): (time, message, cause).
+    hints: list[tuple[float, str, str]] = field(default_factory=list)
+    batch_job: dict | None = None  # rank 0: the batch job as its scheduler showed it (batch_job's fields)
     peers: dict[int, Peer] = field(default_factory=dict)  # rank 0: what it heard of the others
     manifest: dict | None = None  # node_manifest's fields
     missing: list[int] = field(default_factory=list)  # rank 0: the ranks that did not join in time
@@ -126,6 +129,8 @@ def _read(facts: RankFacts, time: float, name: str, f: dict, level: str | None) 
         facts.errors.append((time, f.get("message") or text(name, f), f.get("cause", ""), name))
     if level == WARNING:
         facts.warnings.append((time, text(name, f)))
+        if f.get("cause"):
+            facts.hints.append((time, text(name, f), f["cause"]))
 
 
 def _peer(facts: RankFacts, rank: int, **known) -> None:
@@ -220,5 +225,6 @@ _READERS = {
     "node_lost": lambda facts, time, f: facts.lost_nodes.append((time, f.get("peer"), f.get("message", ""))),
     "processes_stopped": _stopped,
     "node_manifest": _set(manifest=lambda t, f: dict(f)),
+    "batch_job": _set(batch_job=lambda t, f: dict(f)),
     "exit": _set(exit_time=lambda t, f: t, exit_code=lambda t, f: f.get("code")),
 }

@@ -40,6 +40,12 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
     out.append(f"logs: {report['job_dir']}{started}")
     if report["earlier_runs"]:
         out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
+    batch = report.get("batch_job")
+    if batch:
+        cpus = ", ".join(f"{host} {n}" for host, n in batch.get("cpus", {}).items())
+        walltime = f"walltime {batch['walltime']:g} s" if batch.get("walltime") else "no walltime"
+        out.append(f"{batch.get('scheduler')} job {batch.get('job_id')}: select {batch.get('select')}, CPUs {cpus}, "
+                   f"{walltime}, run {batch.get('run_count')}")
     out.append("")
     rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
     for e in report["cluster"]:
