@@ -35,12 +35,12 @@ MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well insi
 MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
 
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
-# these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES,
+# these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES, RESTART,
 # TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the test
 # hooks (FAKE_VERSION, TEST_FAIL_JOIN); jobs/ scripts (SITE_MPI, TORCH, DIR); the Slurm testbed
 # (TESTBED_DIR, KEEP_TESTBED).
 OTHER_VARIABLES = (
-    "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP",
+    "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP", "MPIRAY_RESTART",
     "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN", "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR",
     "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED",
 )

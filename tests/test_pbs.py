@@ -8,6 +8,7 @@ on any host. Timings are printed (pytest -s).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -139,3 +140,55 @@ def wait_for_text(root: Path, pattern: str, text: str, timeout: float) -> Path:
                 return path
         time.sleep(0.2)
     pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
+
+
+TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
+
+
+def wait_for_path(root: Path, pattern: str, timeout: float) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(root.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    pytest.fail(f"nothing matches {root}/{pattern} within {timeout:.0f} s")
+
+
+@pytest.mark.train
+def test_a_short_walltime_ends_the_training_with_a_checkpoint_before_pbs_kills_the_job(pbs_testbed, pbs_jobs,
+                                                                                        capsys, request):
+    # No --time-limit: mpiray reads the walltime from qstat and stops the driver --stop-grace + 30 s before it.
+    driver = [*TRAIN, "--stop-iters", "1000", "--stop-reward", "none", "--checkpoint-frequency", "0"]
+    job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", "-l", "select=3:ncpus=2", "-l", "place=scatter",
+                             "-l", "walltime=00:01:40", "-k", "doe",
+                             variables=pbs_jobs.variables(driver, MPIRAY_STOP_GRACE="20"))
+    record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
+    output = job_output(pbs_jobs.workdir, job_id)
+    assert record["Exit_status"] == 124, output[-3000:]  # the walltime's (-29) would be PBS's own kill
+    logs = rank_logs(pbs_jobs.workdir / "logs" / short(job_id), 3)
+    near = [r for r in logs[0] if r["event"] == "walltime_near"][0]
+    assert near["fields"]["margin"] == 20 + 30 and near["time"] < near["fields"]["ends_at"] - 45
+    checkpoints = list((pbs_jobs.workdir / "results").glob("*/*/checkpoint_*"))
+    assert checkpoints, output[-3000:]  # written on SIGTERM: --checkpoint-frequency 0 writes no other
+    show_timings(capsys, request, stopped_before_walltime=near["fields"]["ends_at"] - near["time"],
+                 job_s=logs[0][-1]["time"] - logs[0][0]["time"])
+
+
+@pytest.mark.train
+def test_qrerun_continues_the_training_from_its_last_checkpoint(pbs_testbed, pbs_jobs, capsys, request):
+    driver = [*TRAIN, "--stop-iters", "6", "--stop-reward", "none", "--checkpoint-frequency", "2"]
+    job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS, variables=pbs_jobs.variables(driver))
+    results = pbs_jobs.workdir / "results"
+    wait_for_path(results, "*/*/checkpoint_000001", JOB_TIMEOUT_S)  # the second checkpoint (iteration 4)
+    (experiment,) = results.iterdir()
+    rerun = time.time()
+    assert pbs_testbed.run(["qrerun", job_id], timeout=120).returncode == 0  # blocks until requeued
+    record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
+    output = job_output(pbs_jobs.workdir, job_id)
+    assert (record["Exit_status"], record["run_count"]) == (0, 2), output[-3000:]
+    driver_log = (pbs_jobs.workdir / "logs" / short(job_id) / "driver.log").read_text()
+    second_run = driver_log.split(f"continuing {experiment} from its last checkpoint")[1]
+    first_iteration = int(re.search(r" iter (\d+) \|", second_run).group(1))
+    assert first_iteration >= 3  # restored: a fresh start would be iteration 1
+    show_timings(capsys, request, qrerun_to_finished=time.time() - rerun, first_iteration_after_rerun=first_iteration)

@@ -169,9 +169,11 @@ def experiment_of_job(storage_path: Path, job_id: str, prefix: str = "") -> Opti
 def restart_of(environ: Mapping[str, str]) -> Optional[str]:
     """How the batch system says this job is a restart, e.g. "restart 1 (SLURM_RESTART_COUNT)"; None if not.
 
-    PBS keeps PBS_JOBID on qrerun and sets no count: the job tag finds the experiment there.
+    PBS keeps PBS_JOBID on qrerun and names no count in the job's environment: the launcher reads qstat's
+    run_count and tells its driver (MPIRAY_RESTART, "run 2 (PBS run_count)"); the job tag then finds the
+    experiment.
     """
-    return environment.detect(environ).restart
+    return environ.get("MPIRAY_RESTART") or environment.detect(environ).restart
 
 
 def _probe_from_node(probe_dir: str, node_id: str) -> str:

@@ -21,9 +21,10 @@ WALLTIME_TEARDOWN = 30.0  # seconds after the driver's grace: Ray's stop (<= 5 s
 
 
 def read_batch_job(me: Rank) -> None:
-    """rank 0: the job's end (me.ends_at) and, under PBS, its facts as qstat shows them (events)."""
+    """rank 0: the job's end (me.ends_at), whether it is a restart (me.restart) and, under PBS, its facts
+    as qstat shows them (events)."""
     env = me.env
-    me.ends_at = env.ends_at
+    me.ends_at, me.restart = env.ends_at, env.restart
     if env.scheduler != "pbs" or not env.scheduler_job_id:
         return
     try:
@@ -32,6 +33,8 @@ def read_batch_job(me: Rank) -> None:
         me.log.event("batch_job_unknown", scheduler="pbs", job_id=env.scheduler_job_id, problem=str(error))
         return
     me.ends_at = facts.ends_at
+    if facts.run_count > 1:  # qrerun, or a node's failure: PBS keeps the job id and names no count in its environment
+        me.restart = f"run {facts.run_count} (PBS run_count)"
     me.log.event("batch_job", scheduler="pbs", job_id=facts.job_id, select=facts.select, cpus=facts.cpus,
                  hosts=list(facts.hosts), walltime=facts.walltime, started=facts.started, ends_at=facts.ends_at,
                  run_count=facts.run_count)

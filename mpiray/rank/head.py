@@ -15,6 +15,7 @@ later); within a host, LOCAL carries the ranks' views of it and the host's plan.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -115,6 +116,7 @@ class Head:
         print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
             read_batch_job(me)  # after the start, off its critical path: a qstat under PBS
+            cluster = dataclasses.replace(cluster, restart=me.restart)
             self.publish(cluster)
             if self.autoscale is not None:
                 self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])

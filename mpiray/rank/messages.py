@@ -80,6 +80,7 @@ class Cluster:
     token_path: str | None
     stop_grace: float
     private_dir: str | None = None  # rank 0's: the driver's RAY_TMPDIR
+    restart: str | None = None  # the batch system started this job again: "restart 1 (SLURM_RESTART_COUNT)"
 
     @property
     def total_cpus(self) -> int:
@@ -102,6 +103,8 @@ class Cluster:
             MPIRAY_HEAD_IP=self.session.head_ip,
             MPIRAY_STOP_GRACE=f"{self.stop_grace:g}",  # how long the driver has after SIGTERM
         )
+        if self.restart:  # a trainer continues what this job id started (PBS names no count in a job's environment)
+            env["MPIRAY_RESTART"] = self.restart
         return env
 
 

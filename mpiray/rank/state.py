@@ -48,6 +48,7 @@ class Rank:
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
     hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
     ends_at: float | None = None  # rank 0: when the batch job's walltime ends, once the cluster is up (batchjob.py)
+    restart: str | None = None  # rank 0: "restart 1 (SLURM_RESTART_COUNT)" where the batch system started it again
 
     @property
     def rank(self) -> int:
