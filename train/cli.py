@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 SUBCOMMANDS = ("train", "plot", "evaluate")
 NONE_WORDS = ("none", "off", "no")
-DEFAULT_STOP_GRACE_S = 8.0  # the launcher's default grace is 10 s
+DEFAULT_STOP_GRACE_S = 8.0  # standalone (no launcher): a qdel'd job's kill_delay is often 10 s
 STOP_GRACE_MARGIN_S = 2.0
 
 DESCRIPTION = """\

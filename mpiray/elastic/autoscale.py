@@ -92,7 +92,7 @@ class Autoscale:
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self.config_path, self.static_path = self.dir / "config.json", self.dir / "static.json"
         self.state_path = self.dir / "state.json"
-        self.job_dir = job_dir
+        self.job_dir = job_dir.resolve()  # worker jobs start elsewhere (their own workdir): no relative path
         # The head job's own Ray nodes: one per rank, or one per host (--ray-node-per host).
         self.own_nodes = me.comm.size if config.ray_node_per == "rank" else me.hosts
         if self.own_nodes is None:

@@ -25,11 +25,13 @@ LOCAL_PORT = 8265  # Ray's own dashboard port, on the user's machine
 def tunnel(entry: Entry, token_path: Path | None, login: str, user: str, local_port: int = LOCAL_PORT) -> str:
     """What to run and open, as lines (pure, for the tests)."""
     forward = f"-L {local_port}:127.0.0.1:{entry.dashboard_port}"
+    here, yours = f"from {login} (here):", "from your machine:"
+    width = max(len(here), len(yours)) + 2
     lines = [
         f"cluster {entry.job_id}: Ray's dashboard is on 127.0.0.1:{entry.dashboard_port} of {entry.host} (the head).",
         "",
-        f"  from {login} (here):    ssh -N {forward} {entry.host}",
-        f"  from your machine:      ssh -N -J {user}@{login} {forward} {user}@{entry.host}",
+        f"  {here:<{width}}ssh -N {forward} {entry.host}",
+        f"  {yours:<{width}}ssh -N -J {user}@{login} {forward} {user}@{entry.host}",
         "",
         f"then open http://localhost:{local_port}",
     ]

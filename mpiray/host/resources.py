@@ -129,7 +129,11 @@ def rank_share(
         cpus = num_cpus
         notes.append(f"--num-cpus {num_cpus}")
 
-    gpus = own.gpu_ids[index::parts] if parts > 1 else own.gpu_ids
+    gpu_sets = [set(v.gpu_ids) for v in views]
+    if parts > 1 and sum(map(len, gpu_sets)) == len(set().union(*gpu_sets)):
+        gpus = own.gpu_ids  # bound per rank (srun --gpus-per-task, a GPU binding script): each owns its own
+    else:
+        gpus = own.gpu_ids[index::parts] if parts > 1 else own.gpu_ids
     if num_gpus is not None:
         gpus = gpus[:num_gpus] if num_gpus <= len(gpus) else tuple(str(i) for i in range(num_gpus))
 

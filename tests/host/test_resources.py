@@ -58,6 +58,13 @@ def test_object_store_that_does_not_fit_is_refused():
     assert "/dev/shm" in problem and "h" in problem
 
 
+def test_gpus_bound_per_rank_stay_with_their_rank():
+    """srun --gpus-per-task or a binding script gives each rank GPUs of its own: no dealing out."""
+    vs = [HostView("h", (0,), 24 * GIB, 12 * GIB, ("0", "1")), HostView("h", (1,), 24 * GIB, 12 * GIB, ("2", "3"))]
+    assert rank_share(vs, 0).gpu_ids == ("0", "1")
+    assert rank_share(vs, 1).gpu_ids == ("2", "3")
+
+
 def test_visible_gpus_from_environment():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
