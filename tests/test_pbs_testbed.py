@@ -91,3 +91,14 @@ def test_pbs_kills_a_job_at_its_walltime_without_a_warning(pbs_testbed, pbs_jobs
     show_timings(capsys, request, run_to_finished=time.monotonic() - started)
     assert record["Exit_status"] == -29  # JOB_EXEC_KILL_WALLTIME
     assert int(output(pbs_jobs.workdir, "signal.txt").split()[1]) >= 15  # the first word from PBS: at the limit
+
+
+def test_several_jobs_states_come_back_in_one_qstat(pbs_testbed, pbs_jobs):
+    """The node provider asks for all its worker jobs at once (OpenPBS's qstat -F json shows only the first)."""
+    job = script(pbs_jobs.workdir, "sleep.sh", "sleep 60\n")
+    ids = [pbs_jobs.submit(job, "-l", "select=1:ncpus=1") for _ in range(2)]
+    for job_id in ids:
+        pbs_testbed.wait_for_state(job_id, "R", JOB_TIMEOUT_S)
+    ask = f"import json; from mpiray.batch.pbs import Pbs; print(json.dumps(Pbs().states({[*ids, '999999.nowhere']})))"
+    result = pbs_testbed.run([PYTHON, "-c", ask], timeout=60, cwd=ROOT)
+    assert json.loads(result.stdout) == {ids[0]: "running", ids[1]: "running", "999999.nowhere": "gone"}, result.stderr

@@ -63,7 +63,8 @@ class BatchSystem(Protocol):
         """The new job's id; raises CommandFailed with the scheduler's own words."""
 
     def states(self, job_ids: list[str]) -> dict[str, str]:
-        """Each job's state: PENDING, RUNNING, or GONE (ended, cancelled, unknown to the scheduler now)."""
+        """Each job's state: PENDING, RUNNING, or GONE (ended, cancelled, unknown to the scheduler now);
+        raises CommandFailed when the scheduler did not answer (busy, down), which says nothing of the jobs."""
 
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel these jobs, pending or running; an unknown one is no error."""

@@ -111,6 +111,19 @@ def query(job_id: str) -> JobFacts:
     return job_facts(record, full_id)
 
 
+def dsv_states(text: str) -> dict[str, str]:
+    """job id -> job_state, from `qstat -f -F dsv` (one line per job: 'Job Id: ID|name=value|...')."""
+    states = {}
+    for line in text.splitlines():
+        head, _, rest = line.partition("|")
+        if head.startswith("Job Id: "):
+            fields = (field.partition("=") for field in rest.split("|"))
+            # the first job_state: a later one could only be inside a value (Variable_List comes after it)
+            state = next((value for name, _, value in fields if name == "job_state"), "")
+            states[head[len("Job Id: "):].strip()] = state
+    return states
+
+
 def pbs_script(job: WorkerJob, node_id: int) -> str:
     select = f"select=1:ncpus={job.cpus}" + (f":ngpus={job.gpus}" if job.gpus else "")
     lines = ["#!/bin/bash", f"#PBS -N {job.name(node_id)}", f"#PBS -l {select}", "#PBS -j oe",
@@ -132,12 +145,13 @@ class Pbs:
     def states(self, job_ids: list[str]) -> dict[str, str]:
         if not job_ids:
             return {}
-        result = run_command(["qstat", "-f", "-F", "json", *job_ids], check=False)
-        try:
-            jobs = json.loads(result.stdout or "{}").get("Jobs", {})
-        except ValueError:
-            jobs = {}
-        return {job: STATES.get(jobs.get(job, {}).get("job_state", ""), GONE) for job in job_ids}
+        # Not -F json: OpenPBS 23.06 prints only the first of several jobs in it. dsv: one line per job;
+        # -x: a finished job is F (or, without job history, unknown: gone either way).
+        result = run_command(["qstat", "-x", "-f", "-F", "dsv", *job_ids], check=False)
+        seen = dsv_states(result.stdout)
+        if not seen and result.returncode != 0 and "Unknown Job Id" not in result.stderr:
+            raise CommandFailed(f"qstat exited {result.returncode}: {result.stderr.strip()[-500:]}")
+        return {job: STATES.get(seen.get(job, ""), GONE) for job in job_ids}
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:

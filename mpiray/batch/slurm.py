@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from mpiray.batch.jobs import GONE, PENDING, RUNNING, WorkerJob, run_command, script_body
+from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob, run_command, script_body
 
 
 def slurm_script(job: WorkerJob, node_id: int) -> str:
@@ -38,6 +38,8 @@ class Slurm:
             return {}
         result = run_command(["squeue", "--noheader", "--format=%i %T", f"--jobs={','.join(job_ids)}"], check=False)
         seen = dict(line.split() for line in result.stdout.splitlines() if len(line.split()) == 2)
+        if not seen and result.returncode != 0 and "Invalid job id" not in result.stderr:
+            raise CommandFailed(f"squeue exited {result.returncode}: {result.stderr.strip()[-500:]}")
         return {job: slurm_state(seen.get(job, "")) for job in job_ids}
 
     def cancel(self, job_ids: list[str]) -> None:

@@ -70,6 +70,7 @@ class BatchNodeProvider(NodeProvider):
                                             "stopped": "", "submits": []})
         self.tags: dict[str, dict] = {}
         self.refreshed = 0.0
+        self.unanswered = ""  # the scheduler's last failure to answer, said once while it lasts
         self.deferred = ""  # why the last submit Ray asked for had to wait
         self.log = RankLog(0, socket.gethostname())
         self.log.open(Path(provider_config["log_dir"]), prefix="autoscaler-")
@@ -192,7 +193,15 @@ class BatchNodeProvider(NodeProvider):
         for node in static.get("workers", []):
             tags[node] = self._tags(NODE_KIND_UNMANAGED, STATIC_TYPE, node, STATUS_UP_TO_DATE)
         jobs = {node: job for node, job in self.state["jobs"].items() if job["state"] != GONE}
-        states = self.scheduler.states([job["job"] for job in jobs.values()])
+        try:
+            states = self.scheduler.states([job["job"] for job in jobs.values()])
+        except CommandFailed as error:  # a busy or restarting server: the jobs stay as they were, asked again later
+            states = {job["job"]: job["state"] for job in jobs.values()}
+            if str(error) != self.unanswered:
+                self.log.event("scheduler_unanswered", problem=str(error))
+            self.unanswered = str(error)
+        else:
+            self.unanswered = ""
         joined = self._joined()
         now = time.time()
         for node, job in jobs.items():

@@ -131,6 +131,8 @@ KINDS = _kinds(
     job_failed=(WARNING, "worker job {job} (node {node}) failed: {why}; {failures} in a row, next submit in "
                          "{backoff:g} s"),
     submits_stopped=(ERROR, "{why}"),
+    scheduler_unanswered=(WARNING, "the scheduler did not say how the worker jobs are ({problem}): they are taken "
+                                   "to be as they were, and asked again"),
     job_cancelled=(INFO, "worker job {job} (node {node}) cancelled: {why}"),
     worker_job_ended=(INFO, "worker job {job} (node {node}) ended"),
     worker_jobs_cancelled=(INFO, "the cluster ends: its worker jobs {jobs} are cancelled"),

@@ -58,3 +58,16 @@ def test_select_chunks_and_durations():
     assert pbs.select_chunks("3:ncpus=2+ngpus=4:ncpus=8") == [(3, {"ncpus": "2"}), (1, {"ngpus": "4", "ncpus": "8"})]
     assert pbs.select_chunks("2") == [(2, {})]
     assert [pbs.duration(t) for t in ("01:00:00", "10:00", "90", "", None, "1:x")] == [3600, 600, 90, None, None, None]
+
+
+# Two jobs as OpenPBS 23.06's `qstat -x -f -F dsv A B` prints them (cut short); -F json would print A alone.
+DSV = (
+    "Job Id: 2.mpiray-pbs-server|Job_Name=STDIN|Job_Owner=mpiraypbs@mpiray-pbs-server|resources_used.ncpus=1|"
+    "job_state=F|queue=workq|exec_vnode=(mpiray-pbs1:ncpus=1)|Variable_List=PBS_O_HOME=/home/u,X=a|job_state=R\n"
+    "Job Id: 3.mpiray-pbs-server|Job_Name=mpiray-7-w2|job_state=R|queue=workq\n"
+)
+
+
+def test_worker_job_states_are_read_for_every_job_from_qstats_dsv():
+    assert pbs.dsv_states(DSV) == {"2.mpiray-pbs-server": "F", "3.mpiray-pbs-server": "R"}
+    assert pbs.dsv_states("") == {}
