@@ -21,14 +21,18 @@ MAX_NODES=${MAX_NODES:-8}
 COOLDOWN=${COOLDOWN:-300}
 WORKER_CPUS=${WORKER_CPUS:-64}
 WORKER_TEMPLATE=${WORKER_TEMPLATE:-$MPIRAY_DIR/jobs/pbs_worker_template.sh}
-export MPIRAY_TIME_LIMIT=${MPIRAY_TIME_LIMIT:-14100}  # PBS sends no notice before the walltime
+# PBS warns no job before its walltime: the launcher reads it from qstat and stops the driver (and, in
+# each worker job, drains its node) MPIRAY_STOP_GRACE + 30 s before it ends. Keep the grace below the
+# queue's kill_delay, which is all a driver gets on qdel.
+export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-8}
 
 set -uo pipefail
 eval "$ENV_SETUP"
 cd "$PBS_O_WORKDIR" || exit 1
 job_id=${PBS_JOBID%%.*}
 code=0
-mpiexec -n 1 --ppn 1 python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" \
+# One rank on this job's one node: any mpiexec does (PALS's, or MPICH's from the environment).
+mpiexec -n 1 python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" \
     --autoscale "$MIN_NODES:$MAX_NODES" --cooldown "$COOLDOWN" \
     --worker-cpus "$WORKER_CPUS" --worker-job "$WORKER_TEMPLATE" || code=$?
 echo "job $job_id: exit code $code; logs in $PBS_O_WORKDIR/logs/$job_id/"

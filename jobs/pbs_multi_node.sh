@@ -28,7 +28,8 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray, mpi4py and MPI, on every node.
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
+# Empty (qsub -v MPIRAY_DRIVER=,MPIRAY_JOIN=4711): none, for a job whose nodes join cluster 4711 and serve.
+export MPIRAY_DRIVER=${MPIRAY_DRIVER-"python -m train --stop-timesteps 1000000"}
 # Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint. PBS warns no job before its
 # walltime: mpiray stops the driver this long plus 30 s before the walltime ends (--walltime-margin),
 # reading the end from qstat. On qdel PBS kills what is left kill_delay seconds after its SIGTERM:

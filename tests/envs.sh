@@ -50,7 +50,7 @@ case "$name" in
     # torch 2.13.0 is the CPU wheel (an unpinned one pulls a multi-GB CUDA build).
     requirements=("$ray_now" "ray[rllib]>=2.60,<2.61" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
-    tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py)
+    tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py tests/test_pbs_elastic.py)
     ;;
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac
