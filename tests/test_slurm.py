@@ -19,7 +19,7 @@ import pytest
 
 from mpiray.logs.events import read_events
 
-from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings, wait_for_file_text
 from slurm import testbed
 from slurm.fixture import Jobs
 
@@ -30,16 +30,6 @@ PROBE = ROOT / "tests" / "drivers" / "probe.py"
 
 # ---- helpers ------------------------------------------------------------------------------
 
-
-def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
-    """The first file under root matching pattern that contains text (polls until the timeout)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for path in root.glob(pattern):
-            if text in path.read_text(errors="replace"):
-                return path
-        time.sleep(0.2)
-    pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
 
 
 def log_time(records: list[dict], name: str) -> float:

@@ -13,7 +13,6 @@ root: jobs are submitted as the ordinary user install.sh made (MPIRAY_PBS_USER, 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import ipaddress
 import json
@@ -36,6 +35,7 @@ from netns import (  # noqa: E402
     Node,
     TestbedError,
     alive,
+    command_line,
     link_exists,
     processes_on,
     processes_with,
@@ -397,35 +397,13 @@ def status(state_dir: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def _exports(testbed: Testbed) -> str:
+def exports(testbed: Testbed) -> str:
     return "\n".join([f"export PATH={PBS_EXEC / 'bin'}:$PATH", f"export {USER_ENV}={shlex.quote(testbed.user)}",
                       f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("up", "down", "status", "env"))
-    parser.add_argument("--state-dir", default=None, help=f"default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR}")
-    parser.add_argument("--timeout", type=float, default=UP_TIMEOUT_S, help="seconds to wait for free moms (up)")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "up":
-            started = time.monotonic()
-            testbed = up(args.state_dir, args.timeout)
-            print(f"PBS testbed up in {time.monotonic() - started:.1f} s: server {SERVER}={SERVER_IP}, "
-                  + ", ".join(f"{n.name}={n.ip}" for n in testbed.nodes))
-            print(_exports(testbed))
-        elif args.action == "down":
-            down(args.state_dir)
-            print("PBS testbed down")
-        elif args.action == "status":
-            print(status(args.state_dir))
-        else:
-            print(_exports(describe(args.state_dir)))
-    except TestbedError as error:
-        print(f"testbed: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return command_line(sys.modules[__name__], argv, "PBS testbed", "free moms")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ One testbed per machine: the namespace, bridge and host names are fixed.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import ipaddress
 import os
@@ -36,6 +35,7 @@ from netns import (  # noqa: E402
     Network,
     Node,
     TestbedError,
+    command_line,
     link_exists,
     processes_on,
     processes_with,
@@ -487,38 +487,14 @@ def status(state_dir: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def _exports(testbed: Testbed) -> str:
+def exports(testbed: Testbed) -> str:
     """Shell lines that point Slurm's commands and MPICH at this testbed (see Testbed.env)."""
     return (f"export SLURM_CONF={testbed.conf_path}\n"
             f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("up", "down", "status", "env"))
-    parser.add_argument("--state-dir", default=None,
-                        help=f"default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR}")
-    parser.add_argument("--timeout", type=float, default=UP_TIMEOUT_S,
-                        help="seconds to wait for idle nodes (up)")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "up":
-            started = time.monotonic()
-            testbed = up(args.state_dir, args.timeout)
-            print(f"testbed up in {time.monotonic() - started:.1f} s: "
-                  + ", ".join(f"{n.name}={n.ip}" for n in testbed.nodes))
-            print(_exports(testbed))
-        elif args.action == "down":
-            down(args.state_dir)
-            print("testbed down")
-        elif args.action == "status":
-            print(status(args.state_dir))
-        else:
-            print(_exports(describe(args.state_dir)))
-    except TestbedError as error:
-        print(f"testbed: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return command_line(sys.modules[__name__], argv, "testbed", "idle nodes")
 
 
 if __name__ == "__main__":
