@@ -94,6 +94,8 @@ KINDS = _kinds(
                                 "no walltime deadline is kept"),
     select_without_ncpus=(WARNING, "select {select} names no ncpus: PBS gives such a chunk 1 CPU, and its Ray node "
                                    "offers 1 (ask for them: select=N:ncpus=C)"),  # + cause
+    ranks_outside_job=(WARNING, "ranks {ranks} run on {hosts}, which are not this job's hosts {job_hosts}: their mpiexec "
+                                "reached them outside PBS, which will neither count nor end them"),  # + cause
     # -- the leader's step (rank 0) ------------------------------------------------------------
     serving=(INFO, "this job's {nodes} nodes ({cpus} CPUs) serve cluster {cluster} until it ends or this job does"),
     cluster_ended=(INFO, "cluster {cluster} ended: this job's nodes leave it"),

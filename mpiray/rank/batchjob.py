@@ -20,9 +20,9 @@ from mpiray.rank.state import Rank
 WALLTIME_TEARDOWN = 30.0  # seconds after the driver's grace: Ray's stop (<= 5 s), the logs, MPI_Finalize
 
 
-def read_batch_job(me: Rank) -> None:
+def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
     """rank 0: the job's end (me.ends_at), whether it is a restart (me.restart) and, under PBS, its facts
-    as qstat shows them (events)."""
+    as qstat shows them (events). rank_hosts: each rank's host, to find ranks the job's hosts do not hold."""
     env = me.env
     me.ends_at, me.restart = env.ends_at, env.restart
     if env.scheduler != "pbs" or not env.scheduler_job_id:
@@ -41,6 +41,21 @@ def read_batch_job(me: Rank) -> None:
     # A site may give chunks whole nodes by default (default_chunk.ncpus): only a 1-CPU chunk is a mistake.
     if any("ncpus" not in fields for _, fields in pbs.select_chunks(facts.select)) and 1 in facts.cpus.values():
         me.log.event("select_without_ncpus", select=facts.select, cause="select_without_ncpus")
+    outside = ranks_outside(rank_hosts or {}, facts.hosts)
+    if outside:
+        me.log.event("ranks_outside_job", ranks=sorted(outside), hosts=sorted(set(outside.values())),
+                     job_hosts=list(facts.hosts), cause="ranks_outside_job")
+
+
+def ranks_outside(rank_hosts: dict[int, str], job_hosts: tuple[str, ...]) -> dict[int, str]:
+    """The ranks (rank -> host) on hosts that are not the job's: an mpiexec that reached them by ssh, not
+    through PBS (pbs_tmrsh, PALS), or a hostfile of other nodes. PBS neither counts nor ends them. Names are
+    compared without their domain; where rank 0's host (always the job's first) is not among the job's
+    vnode names either, the site names its vnodes otherwise and nothing can be told."""
+    short = {host.split(".")[0] for host in job_hosts}
+    if not short or rank_hosts.get(0, "").split(".")[0] not in short:
+        return {}
+    return {rank: host for rank, host in rank_hosts.items() if host.split(".")[0] not in short}
 
 
 def walltime_stop(config: Config, scheduler: str, ends_at: float | None) -> tuple[float, float] | None:

@@ -115,7 +115,7 @@ class Head:
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
-            read_batch_job(me)  # after the start, off its critical path: a qstat under PBS
+            read_batch_job(me, {r.rank: r.host for r in reports})  # after the start, off its critical path: a qstat under PBS
             cluster = dataclasses.replace(cluster, restart=me.restart)
             self.publish(cluster)
             if self.autoscale is not None:

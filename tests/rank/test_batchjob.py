@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mpiray.config import Config
-from mpiray.rank.batchjob import WALLTIME_TEARDOWN, walltime_stop
+from mpiray.rank.batchjob import WALLTIME_TEARDOWN, ranks_outside, walltime_stop
 
 END = 1_800_000_000.0
 
@@ -24,3 +24,15 @@ def test_the_walltime_stop_comes_margin_seconds_before_the_end(scheduler, margin
 
 def test_without_a_known_end_there_is_no_walltime_stop():
     assert walltime_stop(Config(walltime_margin=60), "pbs", None) is None
+
+
+def test_ranks_on_hosts_that_are_not_the_jobs_are_named():
+    job = ("x1001c0s0b0n0", "x1001c0s0b0n1")
+    ranks = {0: "x1001c0s0b0n0.hsn.cm.example.gov", 1: "x1001c0s0b0n1", 2: "login2.example.gov"}
+    assert ranks_outside(ranks, job) == {2: "login2.example.gov"}
+    assert ranks_outside({0: "x1001c0s0b0n0", 1: "x1001c0s0b0n1"}, job) == {}
+
+
+def test_vnodes_named_otherwise_than_hosts_tell_nothing():
+    assert ranks_outside({0: "nid001", 1: "nid002"}, ("vnode-a", "vnode-b")) == {}
+    assert ranks_outside({0: "nid001"}, ()) == {}

@@ -66,6 +66,11 @@ CAUSES = {
     "select_without_ncpus": Cause(
         "PBS's select named no ncpus, so each chunk got 1 CPU and its Ray node offers 1",
         "ask for the CPUs each rank should use: #PBS -l select=N:ncpus=C (and mpiexec --depth C on PALS)"),
+    "ranks_outside_job": Cause(
+        "the job's mpiexec started ranks on hosts that are not the job's (ssh, or a hostfile of other nodes): PBS "
+        "neither counts their CPUs nor ends them with the job",
+        "start the ranks through PBS: PALS's mpiexec, or your MPI's with pbs_tmrsh (jobs/pbs_multi_node.sh) and "
+        "-f $PBS_NODEFILE"),
     "out_of_memory": Cause(
         "a node ran out of memory: Ray's memory monitor or the kernel killed its processes",
         "give each task less to hold, or each node more memory: fewer Ray nodes per host (--ray-node-per host), "
