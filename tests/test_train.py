@@ -30,7 +30,7 @@ from train.options import UsageError
 from train.plot import find_progress_files, plot_runs, read_curve
 from train.progress import format_progress
 
-from helpers import exit_codes
+from helpers import exit_codes, launch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 240
@@ -477,33 +477,16 @@ def test_plot_of_a_real_run(trained_run, tmp_path):
     assert output.read_bytes()[:8] == PNG_MAGIC
 
 
-@pytest.fixture
-def fake_multinode_cluster(monkeypatch):
-    """A 2-node Ray cluster on this host (1 CPU each), shaped like start_ray.py's environment."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    from ray.cluster_utils import Cluster
-
-    ray_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        ray_cluster.add_node(num_cpus=1)
-        ray_cluster.wait_for_nodes()
-        yield ray_cluster
-    finally:
-        ray_cluster.shutdown()
-
-
 @pytest.mark.train
-def test_dqn_under_a_launcher_style_cluster_stops_on_reward(fake_multinode_cluster, tmp_path):
-    environ = trainer_env(
-        RAY_ADDRESS=fake_multinode_cluster.address, RAY_AUTH_MODE="disabled", MPIRAY_JOB_ID="job1",
-        MPIRAY_LOG_DIR=str(tmp_path / "logs" / "job1"), MPIRAY_NUM_NODES="2", MPIRAY_TOTAL_CPUS="2",
-        MPIRAY_TOTAL_GPUS="0",
-    )
+def test_dqn_under_the_launcher_on_two_nodes_stops_on_reward(tmp_path):
+    # The real thing: mpirun -np 2 start_ray.py, a 2-node cluster of 1 CPU each, the trainer as its driver.
     # A random policy averages -0.6 on BasicEnv, so -0.95 is met after the first iteration.
-    finished = run_train_command(["--run", "DQN", *TINY, "--stop-reward", "-0.95", "--stop-iters", "20",
-                                  "--name", "dqn"], environ)
-    assert finished.returncode == 0, finished.stdout[-5000:]
-    assert "1 env runners on a 2-node cluster" in finished.stdout
+    driver = [sys.executable, "-m", "train", "--run", "DQN", *TINY, "--stop-reward", "-0.95", "--stop-iters", "20",
+              "--name", "dqn", "--storage-path", str(tmp_path / "results")]
+    finished = launch(tmp_path, 2, ["--num-cpus", "1"], driver, timeout=TRAIN_TIMEOUT_S, tag="dqn")
+    output = finished.stdout + finished.stderr + (finished.job_dir / "driver.log").read_text()
+    assert finished.returncode == 0, output[-5000:]
+    assert "1 env runners on a 2-node cluster" in output
     rows = progress(single_trial_dir(tmp_path / "results" / "dqn"))
     assert len(rows) == 1 and float(rows[0]["env_runners/episode_return_mean"]) >= -0.95
 
