@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -29,6 +30,7 @@ from mpiray.rank import life
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
+QUIET_EXIT_DELAY_S = 2.0  # seconds: a loaded node's first task parses the same argv well within them
 USAGE = "usage: mpiray COMMAND [ARGS ...]   (mpiray COMMAND --help for its options)"
 
 
@@ -39,6 +41,7 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
         check_default_driver(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
+        quiet_exit_delay(os.environ)
         return error.exit_code
     leader = StayLeader() if config.join and not config.driver else CommandLeader(config.driver)
     return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
@@ -88,7 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         hint = f"the commands are {', '.join(COMMANDS)}"
     say(os.environ, "error", f"unknown command {argv[0]!r}: {hint} (see mpiray --help)")
+    quiet_exit_delay(os.environ)
     return 2
+
+
+def quiet_exit_delay(environ) -> None:
+    """A task that does not explain a usage error (every task but the first) waits a moment before it
+    exits: Open MPI's mpirun ends every rank once one exits non-zero, and could end the first before it
+    said what was wrong. Only on this error path, before MPI starts."""
+    if not first_task(environ):
+        time.sleep(QUIET_EXIT_DELAY_S)
 
 
 def check_default_driver(config: Config) -> None:
