@@ -8,12 +8,37 @@ import sys
 
 import pytest
 
-from helpers import ROOT, assert_nothing_left, last_event, launch, launcher_argv, new_job_id, rank_events
+from helpers import (
+    ROOT,
+    assert_nothing_left,
+    driver_report,
+    last_event,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_events,
+)
+
+MANY_ACTORS = ROOT / "tests" / "drivers" / "many_actors.py"
+KESTREL_CPUS = 104  # a standard NREL Kestrel node
 
 # ---- the window, as pure functions ------------------------------------------------------------
 
 
 # ---- real runs ------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_node_of_a_real_nodes_size_runs_an_actor_on_every_cpu(tmp_path, pace):
+    """A Kestrel-size node (104 CPUs declared) runs 104 one-CPU actors at once: once 89 of 100 came up and
+    the rest died of "No available ports", as the node had 100 ports for everything."""
+    deadline = pace.deadline(phases=20, floor=240)  # 36 s here; the workers start two at a time on 2 cores
+    run = launch(tmp_path, 1, args=["--num-cpus", str(KESTREL_CPUS)], timeout=deadline + 120, tag="kestrel",
+                 driver=[sys.executable, str(MANY_ACTORS), str(KESTREL_CPUS), str(deadline)])
+    report = driver_report(run.stdout, "ACTORS", run.stderr)
+    assert run.returncode == 0 and report["ready"] == KESTREL_CPUS, (report, run.stderr[-3000:])
+    assert run.event(0, "ports_planned")["workers"] >= 2 * KESTREL_CPUS
+    assert_nothing_left(run)
+
 
 @pytest.mark.slow
 def test_a_window_of_one_lets_one_node_join_at_a_time(tmp_path):

@@ -5,12 +5,15 @@ one host without a network. Ports: every Ray port of a node lies in a block of i
 job and per local rank, so two jobs and several ranks on one host never collide: a block is free
 when nothing listens on its ports and no other launcher holds its lock, an abstract unix socket
 name (two jobs starting at the same moment both see the ports free; the lock, held until the job
-ends, decides).
+ends, decides). A block is a whole number of 100-port units, sized by the node's CPUs and GPUs: Ray
+gives every worker process a port of the node's worker range, and refuses a worker it has none for
+("No available ports").
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -102,9 +105,29 @@ _FIXED = (
     "runtime_env_agent",
     "dashboard",
 )
-BLOCK_SIZE = 100
+UNIT = 100  # ports a lock covers; a node's block is a whole number of units
+HEAD_EXTRAS = 3  # Ray Client, the dashboard's and the autoscaler's metrics: a head takes them from its worker range
+# Worker ports of a node: a worker process per CPU (tasks, one-CPU actors, RLlib's env runners) and as many
+# again for the idle workers Ray keeps and prestarts (up to one per CPU) while those run; a GPU's learner
+# and its spare; and the rest: drivers, Tune's and RLlib's zero-CPU actors, spill and restore workers, and
+# workers still exiting (a port comes back only when its process has gone).
+WORKER_PORTS_PER_CPU = 2
+WORKER_PORTS_PER_GPU = 2
+WORKER_PORTS_SPARE = 32
 # Below Linux's ephemeral range (32768+) and above Ray's default worker range (10002-19999).
 PORT_RANGE = (20000, 32000)
+
+
+def node_units(cpus: float, gpus: int = 0) -> int:
+    """How many 100-port units a Ray node of cpus CPUs and gpus GPUs needs (1 up to 28 CPUs)."""
+    ports = (len(_FIXED) + HEAD_EXTRAS + WORKER_PORTS_SPARE + WORKER_PORTS_PER_CPU * math.ceil(cpus)
+             + WORKER_PORTS_PER_GPU * gpus)
+    return max(1, -(-ports // UNIT))
+
+
+def units_in_range(port_range=PORT_RANGE) -> int:
+    """How many units one host's port range holds: the most a host's Ray nodes may take together."""
+    return (port_range[1] - port_range[0]) // UNIT
 
 
 @dataclass(frozen=True)
@@ -126,20 +149,31 @@ class NodePorts:
         )
 
 
-def node_ports(base: int, gcs_port: int = 0) -> NodePorts:
-    """The ports of the node whose block starts at base (gcs_port overrides the GCS slot)."""
+def node_ports(base: int, gcs_port: int = 0, units: int = 1) -> NodePorts:
+    """The ports of the node whose block of units starts at base (gcs_port overrides the GCS slot)."""
     fixed = {name: base + offset for offset, name in enumerate(_FIXED)}
     if gcs_port:
         fixed["gcs"] = gcs_port
-    return NodePorts(**fixed, min_worker=base + len(_FIXED), max_worker=base + BLOCK_SIZE - 1)
+    return NodePorts(**fixed, min_worker=base + len(_FIXED), max_worker=base + units * UNIT - 1)
 
 
-def candidate_bases(job_id: str, ranks_on_host: int, port_range=PORT_RANGE) -> list[int]:
-    """Start ports for this host's blocks, beginning at a place derived from the job id."""
-    span = BLOCK_SIZE * ranks_on_host
+def host_ports(base: int, units: list[int], gcs_port: int = 0) -> list[NodePorts]:
+    """The ports of each Ray node of a host, their blocks one after the other from base (the first
+    node's GCS slot is gcs_port, if given)."""
+    ports = []
+    for index, count in enumerate(units):
+        ports.append(node_ports(base, gcs_port if index == 0 else 0, count))
+        base += count * UNIT
+    return ports
+
+
+def candidate_bases(job_id: str, units: int, port_range=PORT_RANGE) -> list[int]:
+    """Start ports for a host's span of units, beginning at a place derived from the job id."""
+    span = UNIT * units
     slots = (port_range[1] - port_range[0]) // span
     if slots < 1:
-        raise ConfigError(f"{ranks_on_host} ranks on one host need {span} ports: too many for one host")
+        raise ConfigError(f"the Ray nodes of one host need {span} ports, more than mpiray's port range "
+                          f"{port_range[0]}-{port_range[1]} holds", cause="ports_per_host")
     first = zlib.crc32(job_id.encode()) % slots  # (hashlib's import costs each rank 2 ms of CPU)
     return [port_range[0] + ((first + i) % slots) * span for i in range(slots)]
 
@@ -162,7 +196,7 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-# Port locks: one abstract AF_UNIX socket name per 100-port block, bound while the block is held.
+# Port locks: one abstract AF_UNIX socket name per 100-port unit, bound while the block is held.
 # Abstract names live in the network namespace, which is exactly where ports live, and not in a
 # file system: no directory to pick or trust, nothing another user can plant (FIFO, symlink),
 # rename or unlink, nothing a per-job TMPDIR, a private /tmp or /dev/shm (Slurm job_container) or an
@@ -173,7 +207,7 @@ LOCK_PREFIX = "mpiray-port"
 
 
 def lock_name(base: int, prefix: str = LOCK_PREFIX) -> str:
-    """The abstract socket name (shown with ss's leading @) that locks the 100-port block at base."""
+    """The abstract socket name (shown with ss's leading @) that locks the 100-port unit at base."""
     return f"@{prefix}-{base}"
 
 
@@ -216,7 +250,7 @@ def _lock_blocks(prefix: str, base: int, count: int) -> tuple[list[socket.socket
     locks: list[socket.socket] = []
     try:
         for index in range(count):
-            name = lock_name(base + index * BLOCK_SIZE, prefix)
+            name = lock_name(base + index * UNIT, prefix)
             lock = _take_lock(name)
             if lock is None:
                 for held in locks:
@@ -230,24 +264,24 @@ def _lock_blocks(prefix: str, base: int, count: int) -> tuple[list[socket.socket
     return locks, None
 
 
-def planned_block(job_id: str, ranks_on_host: int, reserved: int = 0) -> PortBlock:
+def planned_block(job_id: str, units: int, reserved: int = 0) -> PortBlock:
     """--dry-run: the first candidate block, neither checked nor locked (nothing will bind it)."""
-    size = BLOCK_SIZE * ranks_on_host
-    base = next(base for base in candidate_bases(job_id, ranks_on_host) if reserved not in range(base, base + size))
+    size = UNIT * units
+    base = next(base for base in candidate_bases(job_id, units) if reserved not in range(base, base + size))
     return PortBlock(base, size, notes=[f"dry run: ports {base}-{base + size - 1} planned, neither checked nor locked"])
 
 
-def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: str = LOCK_PREFIX) -> PortBlock:
-    """The first candidate block of this host that no launcher holds and whose ports are all free.
+def free_block(job_id: str, units: int, reserved: int = 0, lock_prefix: str = LOCK_PREFIX) -> PortBlock:
+    """The first candidate block of units on this host that no launcher holds and whose ports are all free.
 
     lock_prefix names the locks (tests pass their own). Raises ConfigError, saying why every
     candidate was skipped, if none is left.
     """
-    size = BLOCK_SIZE * ranks_on_host
+    size = UNIT * units
     notes: list[str] = []
     locks_off = ""  # why the locks are off, if they are
     held = busy = skipped = 0
-    bases = candidate_bases(job_id, ranks_on_host)
+    bases = candidate_bases(job_id, units)
     for base in bases:
         ports = range(base, base + size)
         span = f"ports {base}-{base + size - 1}"
@@ -258,7 +292,7 @@ def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: 
         locks: list[socket.socket] = []
         if not locks_off:
             try:
-                locks, holder = _lock_blocks(lock_prefix, base, ranks_on_host)
+                locks, holder = _lock_blocks(lock_prefix, base, units)
             except OSError as error:
                 locks_off = (
                     f"port locks off: binding an abstract unix socket failed ({error}); only the "
@@ -275,7 +309,7 @@ def free_block(job_id: str, ranks_on_host: int, reserved: int = 0, lock_prefix: 
         if in_use is None:
             if locks:
                 names = lock_name(base, lock_prefix) + (
-                    f" .. {lock_name(base + size - BLOCK_SIZE, lock_prefix)}" if ranks_on_host > 1 else ""
+                    f" .. {lock_name(base + size - UNIT, lock_prefix)}" if units > 1 else ""
                 )
                 notes.append(
                     f"{span} locked until the job ends: abstract unix socket {names} "

@@ -198,9 +198,8 @@ def check_object_store(object_store_memory: int | None, view: HostView, parts: i
     return None
 
 
-def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, leader_is_rank0: bool,
-              cpus_per_task: int | None) -> list:
-    """Each local rank's (Share, NodePorts), or (None, None) for a rank that idles (one node per host).
+def plan_shares(config, views: list[HostView], leader_is_rank0: bool, cpus_per_task: int | None) -> list:
+    """Each local rank's Share, or None for a rank that idles (one node per host).
 
     views: what each rank of the host sees of it, the host's first rank first; config: the job's Config.
     """
@@ -211,18 +210,36 @@ def plan_host(config, views: list[HostView], ports_base: int, gcs_port: int, lea
             views[0].memory, views[0].shm, views[0].gpu_ids,
         )
         views, idle = [merged], len(views) - 1
-    plans = []
+    shares: list[Share | None] = []
     kept = head_core(views, config.gcs_core) if leader_is_rank0 else None
     for index in range(len(views)):
         is_head = leader_is_rank0 and index == 0
-        share = rank_share(
+        shares.append(rank_share(
             views, index,
             cpus_per_task=cpus_per_task,
             num_cpus=config.head_cpus if is_head and config.head_cpus is not None else config.num_cpus,
             num_gpus=config.num_gpus,
             object_store_memory=config.object_store_memory,
             head_core=kept,
-        )
-        ports = network.node_ports(ports_base + index * network.BLOCK_SIZE, gcs_port if index == 0 else 0)
-        plans.append((share, ports))
-    return plans + [(None, None)] * idle
+        ))
+    return shares + [None] * idle
+
+
+def port_units(shares: list[Share | None]) -> list[int]:
+    """The 100-port units each Ray node of a host needs (its CPUs and GPUs), the host's nodes in order."""
+    return [network.node_units(share.cpus, len(share.gpu_ids)) for share in shares if share is not None]
+
+
+def ports_problem(shares: list[Share | None], hostname: str) -> str | None:
+    """Why this host's Ray nodes cannot all have their ports (None: they fit mpiray's port range)."""
+    units = port_units(shares)
+    room = network.units_in_range()
+    if sum(units) <= room:
+        return None
+    largest = max(share.cpus for share in shares if share is not None)
+    fit = room // network.node_units(largest)
+    low, high = network.PORT_RANGE
+    return (f"{len(units)} Ray nodes on {hostname} need {sum(units) * network.UNIT} ports together (a node of "
+            f"{largest} CPUs needs {network.node_units(largest) * network.UNIT}: a worker port per process), but one "
+            f"host has {room * network.UNIT} ({low}-{high}): at most {fit} such nodes fit on a host; run fewer "
+            f"ranks per host, or one Ray node per host (--ray-node-per host)")

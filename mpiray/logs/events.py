@@ -59,7 +59,7 @@ KINDS = _kinds(
     resource_note=(INFO, "resources: {note}"),
     resources_given=(INFO, "resources given to Ray: {cpus} CPUs, GPUs [{gpus}], memory {memory_mib} MiB, "
                            "object store {object_store_mib} MiB"),
-    ports_planned=(INFO, "ports: block {first}-{last}, GCS {gcs}"),
+    ports_planned=(INFO, "ports: block {first}-{last}, GCS {gcs}, {workers} for worker processes"),
     dry_run_node=(INFO, "dry run: would start a Ray {role} node: {command}"),
     private_dir=(INFO, "private dir (0700, token and Ray's temp dir): {path}"),
     node_starting=(INFO, "starting a Ray {role} node: {command}"),  # + argv

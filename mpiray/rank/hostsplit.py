@@ -41,11 +41,17 @@ def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
     problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
     if problem:
         return [(problem, "")] * len(views)
+    shares = resources.plan_shares(config, views, me.rank == 0, me.env.cpus_per_task)
+    problem = resources.ports_problem(shares, views[0].hostname)
+    if problem:
+        return [(problem, "ports_per_host")] * len(views)
+    units = resources.port_units(shares)
     try:
         take = network.planned_block if config.dry_run else network.free_block
-        me.port_block = take(job_id, nodes, reserved=gcs_port)
+        me.port_block = take(job_id, sum(units), reserved=gcs_port)
     except ConfigError as error:
         return [(str(error), error.cause)] * len(views)
     for note in me.port_block.notes:
         me.log.event("port_note", note=note)
-    return resources.plan_host(config, views, me.port_block.base, gcs_port, me.rank == 0, me.env.cpus_per_task)
+    ports = iter(network.host_ports(me.port_block.base, units, gcs_port))
+    return [(share, next(ports)) if share is not None else (None, None) for share in shares]

@@ -62,7 +62,9 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
         me.log.event("resource_note", note=note)
     me.log.event("resources_given", cpus=share.cpus, gpus=",".join(share.gpu_ids), memory_mib=share.memory >> 20,
                  object_store_mib=share.object_store >> 20)
-    me.log.event("ports_planned", first=ports.node_manager - 1, last=ports.max_worker, gcs=ports.gcs if head else "-")
+    top_worker = commands.head_ports(spec).max_worker if head else ports.max_worker
+    me.log.event("ports_planned", first=ports.node_manager - 1, last=ports.max_worker, gcs=ports.gcs if head else "-",
+                 workers=top_worker - ports.min_worker + 1)
     if config.dry_run:
         me.log.event("dry_run_node", role=role, command=" ".join(argv), argv=argv)
         return spec

@@ -409,7 +409,7 @@ def by_hand(scratch: Path, sleep_s: float, lean: bool = False) -> dict:
     before = descendant_pids()
     node_ip = network.head_address(None)
     base = network.free_block(f"bench-{secrets.token_hex(4)}", 2).base
-    head_ports, worker_ports = network.node_ports(base), network.node_ports(base + network.BLOCK_SIZE)
+    head_ports, worker_ports = network.node_ports(base), network.node_ports(base + network.UNIT)
     root = Path(tempfile.mkdtemp(prefix="mb", dir="/tmp"))  # short: Ray's socket paths <= 107 bytes
     env = clean_env()
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")

@@ -78,7 +78,7 @@ def test_a_larger_block_does_not_overlap_a_held_smaller_one():
     held = network.free_block("job-1", 1, lock_prefix=prefix)
     # A job (4 ranks on the host) whose first candidate covers the held block.
     job = next(f"job-{i}" for i in range(2, 10_000)
-               if 0 <= held.base - network.candidate_bases(f"job-{i}", 4)[0] < 4 * network.BLOCK_SIZE)
+               if 0 <= held.base - network.candidate_bases(f"job-{i}", 4)[0] < 4 * network.UNIT)
     bigger = network.free_block(job, 4, lock_prefix=prefix)
     assert bigger.base != network.candidate_bases(job, 4)[0]
     assert held.base not in range(bigger.base, bigger.base + bigger.size)
@@ -386,9 +386,28 @@ def test_files_another_user_plants_where_lock_files_could_be_change_nothing(tmp_
 
 
 def test_port_blocks_do_not_overlap_and_hold_every_port():
-    first, second = network.node_ports(20000), network.node_ports(20000 + network.BLOCK_SIZE)
+    first, second = network.node_ports(20000), network.node_ports(20000 + network.UNIT)
     assert not set(first.all()) & set(second.all())
-    assert len(set(first.all())) == network.BLOCK_SIZE
+    assert len(set(first.all())) == network.UNIT
+
+
+@pytest.mark.parametrize("cpus, gpus, units", [
+    (1, 0, 1), (2, 0, 1), (26, 0, 1),  # today's small nodes: 92 worker ports, as before
+    (28, 0, 1), (36, 0, 2), (64, 0, 2), (104, 0, 3), (104, 4, 3), (128, 8, 4), (192, 0, 5),
+])
+def test_a_nodes_block_grows_with_its_cpus_and_gpus(cpus, gpus, units):
+    assert network.node_units(cpus, gpus) == units
+    ports = network.node_ports(20000, units=units)
+    workers = ports.max_worker - ports.min_worker + 1 - network.HEAD_EXTRAS  # what a head has left for workers
+    assert workers >= 2 * cpus + 2 * gpus  # a worker per CPU, and as many idle ones Ray keeps and prestarts
+    assert len(set(ports.all())) == units * network.UNIT
+
+
+def test_a_hosts_nodes_lie_one_after_the_other_each_with_its_own_size():
+    head, big, small = network.host_ports(20000, [1, 3, 1], gcs_port=6380)
+    assert (head.gcs, head.node_manager, head.max_worker) == (6380, 20001, 20099)
+    assert (big.gcs, big.min_worker, big.max_worker) == (20100, 20108, 20399)
+    assert (small.node_manager, small.max_worker) == (20401, 20499)
 
 
 def test_candidate_blocks_depend_on_the_job_and_stay_in_range():
@@ -396,4 +415,4 @@ def test_candidate_blocks_depend_on_the_job_and_stay_in_range():
     b = network.candidate_bases("job-2", 4)
     assert a[0] != b[0]
     assert sorted(a) == sorted(b)
-    assert all(network.PORT_RANGE[0] <= base and base + 4 * network.BLOCK_SIZE <= network.PORT_RANGE[1] for base in a)
+    assert all(network.PORT_RANGE[0] <= base and base + 4 * network.UNIT <= network.PORT_RANGE[1] for base in a)

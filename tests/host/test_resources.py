@@ -70,31 +70,42 @@ def test_visible_gpus_from_environment():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
 
 
-def test_a_host_plan_gives_each_rank_its_share_and_block_or_idles_it():
+def test_a_host_plan_gives_each_rank_its_share_or_idles_it():
     from mpiray.config import Config
-    from mpiray.host.resources import plan_host
+    from mpiray.host.resources import plan_shares
 
-    per_rank = plan_host(Config(head_cpus=0), views(2, cpus=range(8)), 24000, 24000, True, None)
-    assert [share.cpus for share, _ in per_rank] == [0, 4]  # --head-cpus 0 for the head only
-    assert [ports.node_manager for _, ports in per_rank] == [24001, 24101]
-    assert per_rank[0][1].gcs == 24000
-    per_host = plan_host(Config(ray_node_per="host"), views(3, cpus=range(6), bound=True), 25000, 0, False, None)
-    assert per_host[1:] == [(None, None), (None, None)]
-    assert per_host[0][0].cpus == 6  # the merged masks of the host's three ranks
+    per_rank = plan_shares(Config(head_cpus=0), views(2, cpus=range(8)), True, None)
+    assert [share.cpus for share in per_rank] == [0, 4]  # --head-cpus 0 for the head only
+    per_host = plan_shares(Config(ray_node_per="host"), views(3, cpus=range(6), bound=True), False, None)
+    assert per_host[1:] == [None, None]
+    assert per_host[0].cpus == 6  # the merged masks of the host's three ranks
+
+
+def test_a_hosts_ports_are_sized_by_its_nodes_and_refused_past_its_port_range():
+    from mpiray.config import Config
+    from mpiray.host.resources import plan_shares, port_units, ports_problem
+
+    kestrel = plan_shares(Config(num_cpus=104), views(1, cpus=range(2)), True, None)
+    assert port_units(kestrel) == [3] and ports_problem(kestrel, "x1000c0s0b0n0") is None
+    split = plan_shares(Config(), views(4, cpus=range(104)), True, None)  # 4 ranks share a 104-CPU host
+    assert port_units(split) == [1, 1, 1, 1]
+    crowded = plan_shares(Config(num_cpus=104), views(41, cpus=range(2)), False, None)  # 41 x 300 > 12000 ports
+    problem = ports_problem(crowded, "node7")
+    assert "41 Ray nodes on node7 need 12300 ports" in problem and "at most 40 such nodes fit" in problem
+    assert "--ray-node-per host" in problem
 
 
 def test_the_head_hosts_other_nodes_leave_one_cpu_to_the_gcs():
     from mpiray.config import Config
-    from mpiray.host.resources import head_core, plan_host
+    from mpiray.host.resources import head_core, plan_shares
 
-    plans = plan_host(Config(), views(3, cpus=range(8)), 24000, 24000, True, None)
-    head, *workers = [share for share, _ in plans]
+    head, *workers = plan_shares(Config(), views(3, cpus=range(8)), True, None)
     assert head.affinity == ()  # the head keeps the rank's own CPUs, the kept one among them
     assert all(w.affinity == tuple(range(7)) for w in workers)
     assert "CPU 7 is left to the head's GCS: this node runs on CPUs 0-6" in workers[0].notes
     assert sum(share.cpus for share in (head, *workers)) == 8  # Ray's CPU counts do not change
     # Nothing to keep: another host than the head's, ranks bound to their own CPUs, one node, one CPU.
-    assert all(share.affinity == () for share, _ in plan_host(Config(), views(3, cpus=range(8)), 24000, 0, False, None))
+    assert all(share.affinity == () for share in plan_shares(Config(), views(3, cpus=range(8)), False, None))
     assert head_core(views(4, cpus=range(8), bound=True)) is None
     assert head_core(views(1, cpus=range(8))) is None
     assert head_core(views(3, cpus=[5]), "on") is None

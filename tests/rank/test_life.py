@@ -197,3 +197,18 @@ def test_the_ranks_count_their_hosts_when_the_autoscaler_counts_ray_nodes_per_ho
     job = Job(tmp_path, 4, leader, replace(config, ray_node_per="host", autoscale=autoscale), hosts=["a", "a", "b", "b"])
     assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
     assert leader.me.hosts == hosts
+
+
+def test_a_big_nodes_ports_are_planned_by_its_cpus_and_a_host_that_cannot_hold_them_is_refused(tmp_path, config):
+    job = Job(tmp_path, 2, ScriptedLeader(), replace(config, num_cpus=104), hosts=["x1000c0s0b0n0", "x1000c0s0b0n1"])
+    assert job.wait() == {0: 0, 1: 0}
+    for rank in (0, 1):  # 300 ports each: 104 CPUs' worth of workers, and as many idle ones
+        (planned,) = job.events(rank, "ports_planned")
+        assert planned["fields"]["last"] - planned["fields"]["first"] + 1 == 300
+        assert planned["fields"]["workers"] >= 2 * 104
+    crowded = replace(config, num_cpus=104, job_id="crowded")
+    job = Job(tmp_path, 41, ScriptedLeader(), crowded)  # 41 x 300 ports on one host: over its 12,000
+    assert set(job.wait(60).values()) == {2}
+    (failed,) = job.events(0, "failed")
+    assert failed["fields"]["cause"] == "ports_per_host"
+    assert "at most 40 such nodes fit on a host" in failed["fields"]["message"]

@@ -27,6 +27,11 @@ CAUSES = {
         "a port the cluster needs is already in use on its host",
         "free the port, or give another with --port (0 picks a free one); mpiray's own port blocks skip busy "
         "ports by themselves, so this is a fixed --port or a port block range another program fills"),
+    "ports_per_host": Cause(
+        "a host's Ray nodes need more ports than it has for them: each worker process takes a port of its node's "
+        "range, and Ray refuses a worker it has none for (\"No available ports\")",
+        "run fewer ranks per host, or one Ray node per host (--ray-node-per host); mpiray sizes each node's ports "
+        "by its CPUs and GPUs, so a node that runs out anyway started more worker processes than that: report it"),
     "socket_path_too_long": Cause(
         "Ray's socket paths would pass the 107-byte AF_UNIX limit",
         "give a shorter --temp-dir (or TMPDIR), e.g. /tmp"),
@@ -104,6 +109,7 @@ RAY_SIGNS = (
                                  r"pressure)|Killing worker.*memory|oom-kill|Out of memory: Killed process")),
     ("port_in_use", re.compile(r"[Aa]ddress already in use|Failed to bind|port \d+ is (?:already )?in use")),
     ("socket_path_too_long", re.compile(r"AF_UNIX path (?:length|too long)")),
+    ("ports_per_host", re.compile(r"No available ports")),
     ("foreign_gcs", re.compile(r"UNAUTHENTICATED|Unauthenticated|[Ii]nvalid (?:authentication )?token|"
                                r"[Tt]oken authentication failed|cluster ID mismatch|[Cc]luster ID .* does not match")),
     ("gcs_overloaded", re.compile(r"timed out during startup")),
