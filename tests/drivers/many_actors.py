@@ -44,6 +44,7 @@ for pid in pids:
     except psutil.NoSuchProcess:
         continue
     rss, uss = rss + memory.rss, uss + memory.uss
-print("ACTORS " + json.dumps({"asked": count, "ready": len(set(pids)), "failed": len(errors), "pending": len(pending),
-                              "ready_s": round(ready_s, 2), "rss_mib": rss >> 20, "uss_mib": uss >> 20, "errors": errors[:3]}), flush=True)
+report = {"asked": count, "ready": len(set(pids)), "failed": len(errors), "pending": len(pending),
+          "ready_s": round(ready_s, 2), "rss_mib": rss >> 20, "uss_mib": uss >> 20, "errors": errors[:3]}
+print("ACTORS " + json.dumps(report), flush=True)
 sys.exit(0 if len(set(pids)) == count else 1)
