@@ -34,10 +34,11 @@ MPIRAY_KEEP_TESTBED=1 .venv/bin/python -m pytest -m "(slow or slurm or train) an
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to
 # build (torch, RLlib), so where it cannot run they are not built either.
+pbs_skipped=""
 if pbs=$(python3 tests/pbs/testbed.py available); then
   extra_envs+=(pbs pbs-openmpi)
 else
-  echo "tests/run.sh: the PBS tier is skipped: $pbs" >&2
+  pbs_skipped=$pbs
 fi
 for name in "${extra_envs[@]}"; do
   # The last run on each testbed takes it down: system-mpich's the Slurm one, pbs-openmpi's the PBS one.
@@ -47,4 +48,5 @@ for name in "${extra_envs[@]}"; do
   MPIRAY_KEEP_TESTBED=$keep bash tests/envs.sh "$name" || status=$((status ? status : $?))
   echo "tests/run.sh: $name took $((SECONDS - started)) s" >&2
 done
+[ -z "$pbs_skipped" ] || echo "tests/run.sh: the PBS tier is skipped: $pbs_skipped" >&2
 exit "$status"
