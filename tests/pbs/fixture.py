@@ -41,8 +41,14 @@ def user_cannot_run_reason(user: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def pbs_testbed():
-    """The running testbed (a testbed.Testbed); left up at the end if MPIRAY_KEEP_TESTBED=1."""
-    reason = testbed.unavailable_reason() or user_cannot_run_reason(testbed.describe().user)
+    """The running testbed (a testbed.Testbed); left up at the end if MPIRAY_KEEP_TESTBED=1. Skipped, in one
+    line that says why, where no PBS is installed (testbed.unavailable_reason, as tests/run.sh decides)."""
+    reason = testbed.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    user = testbed.describe().user
+    testbed.prepare(user)  # its runtime packages and the job user, where PBS is installed
+    reason = user_cannot_run_reason(user)
     if reason is not None:
         pytest.skip(reason)
     bed = testbed.up()  # any other failure is an error: the machine can host the testbed

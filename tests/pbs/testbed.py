@@ -5,10 +5,13 @@ machine's end of a private bridge; each of the three moms is a host of its own: 
 with its own address and hostname, its own PBS_HOME. The hosts share the PID space, the filesystem and
 the CPUs, like the nodes of a shared HPC machine, and this testbed can be up beside the Slurm one.
 
-    python tests/pbs/testbed.py up | down | status | env
+    python tests/pbs/testbed.py up | down | status | env | available
 
-Needs root, the OpenPBS build of tests/pbs/install.sh, and network namespaces. PBS runs no job of
-root: jobs are submitted as the ordinary user install.sh made (MPIRAY_PBS_USER, default mpiraypbs).
+Needs root, network namespaces, and an OpenPBS 23.06 or PBS Professional already installed on the machine
+under MPIRAY_PBS_PREFIX (default /opt/pbs): the project holds no PBS and builds none. `available` says
+whether the testbed can run here, and if not why, in one line (exit 1): tests/run.sh, tests/envs.sh and the
+tests' fixture decide by it. PBS runs no job of root: jobs are submitted as an ordinary user
+(MPIRAY_PBS_USER, default mpiraypbs), made by `up` if missing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -51,12 +55,21 @@ USER_ENV = "MPIRAY_PBS_USER"
 # Not below /tmp: PBS refuses a PBS_HOME whose path passes a directory others may write ("Security violation").
 DEFAULT_STATE_DIR = Path("/var/spool/mpiray-pbs")
 MARKER_FILE = ".mpiray-pbs-testbed"  # down() deletes only a state dir that holds it
-ROOT = Path(__file__).resolve().parents[2]
-VENDOR = ROOT.parent / "shared" / "vendor" / "openpbs-23.06.06-cd7ab5eda.tar.gz"
-SOURCE = "https://github.com/openpbs/openpbs (commit cd7ab5edaf03dcac2f1cb9e2f42d75eb117d468a)"
-
-PBS_EXEC = Path("/opt/pbs")
-BUILD_STAMP = PBS_EXEC / ".mpiray-openpbs-sha256"
+PREFIX_ENV = "MPIRAY_PBS_PREFIX"
+DEFAULT_PREFIX = Path("/opt/pbs")
+PBS_EXEC = Path(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)  # where PBS is installed: /etc/pbs.conf's PBS_EXEC
+# What the testbed runs of an installed PBS: the server side through PBS's init script (server, scheduler,
+# comm), a mom per host, the commands (qsub, qstat, qdel, qrerun, qmgr, pbsnodes), pbs_tmrsh inside jobs and
+# pbs_iff, through which an ordinary user's command authenticates.
+INSTALLED_FILES = ("libexec/pbs_init.d", "sbin/pbs_server", "sbin/pbs_sched", "sbin/pbs_comm", "sbin/pbs_mom",
+                   "sbin/pbs_iff", "bin/qsub", "bin/qstat", "bin/qdel", "bin/qrerun", "bin/qmgr", "bin/pbsnodes",
+                   "bin/pbs_tmrsh")
+# Debian packages an installed PBS needs to run here (none to build it): PostgreSQL, which PBS runs as its
+# datastore, its own libraries, Python for its hooks, and what the hosts are made with.
+RUNTIME_PACKAGES = ("postgresql", "postgresql-contrib", "python3", "expat", "libedit2", "tcl", "tk", "libical3",
+                    "libcjson1", "iproute2", "util-linux")
+CREATECLUSTER_CONF = Path("/etc/postgresql-common/createcluster.conf")
+PACKAGES_TIMEOUT_S = 900
 CONF = Path("/etc/pbs.conf")  # the server's, and every PBS command's wherever it runs (a job's qsub too)
 SUBNET = ipaddress.ip_network("10.78.0.0/24")  # the Slurm testbed has 10.77.0.0/24
 SERVER_IP = "10.78.0.1"
@@ -188,17 +201,56 @@ def describe(state_dir: str | Path | None = None) -> Testbed:
     return Testbed(state_dir=Path(state_dir).resolve(), nodes=nodes, user=os.environ.get(USER_ENV) or DEFAULT_USER)
 
 
+def not_installed_reason(prefix: Path | None = None) -> str | None:
+    """Why no PBS the testbed can run is installed at prefix (default PBS_EXEC), in one line; or None."""
+    prefix = PBS_EXEC if prefix is None else prefix
+    missing = [name for name in INSTALLED_FILES if not (prefix / name).is_file()]
+    if not missing:
+        return None
+    found = "none there" if len(missing) == len(INSTALLED_FILES) else f"it lacks {', '.join(missing)}"
+    return (f"the PBS tier needs an installed OpenPBS 23.06 or PBS Professional, looked for in {prefix} "
+            f"({PREFIX_ENV}, default {DEFAULT_PREFIX}): {found}")
+
+
 def unavailable_reason() -> str | None:
-    """Why this machine cannot host the testbed (not root, no netns, no OpenPBS source or build), or None."""
-    if not VENDOR.exists() and not BUILD_STAMP.exists():
-        return (f"the PBS testbed builds OpenPBS from {VENDOR}, which is absent: get the source from {SOURCE} "
-                f"(git archive --prefix=openpbs-23.06.06/), put it there, and run tests/pbs/install.sh")
-    reason = _unavailable("PBS testbed")
+    """Why this machine cannot host the testbed (no installed PBS, not root, no netns), or None."""
+    return not_installed_reason() or _unavailable("PBS testbed")
+
+
+def install_runtime_packages() -> None:
+    """The Debian packages an installed PBS needs to run (RUNTIME_PACKAGES), those missing only: nothing
+    is done, not even `apt-get update`, when all are there, nor on a machine without dpkg (another
+    distribution: its PBS came with what it needs). Only ever called where PBS is installed."""
+    if shutil.which("dpkg-query") is None or shutil.which("apt-get") is None:
+        return
+    missing = [package for package in RUNTIME_PACKAGES if "install ok installed" not in run(
+        ["dpkg-query", "-W", "-f=${Status}", package], check=False).stdout]
+    if not missing:
+        return
+    # Debian's postgresql would make a cluster of its own, which PBS does not use: PBS runs its datastore.
+    conf = CREATECLUSTER_CONF.read_text() if CREATECLUSTER_CONF.exists() else ""
+    if "\ncreate_main_cluster = false" not in f"\n{conf}":
+        CREATECLUSTER_CONF.parent.mkdir(parents=True, exist_ok=True)
+        CREATECLUSTER_CONF.write_text(conf + ("" if conf.endswith("\n") or not conf else "\n")
+                                      + "create_main_cluster = false\n")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], env=env, timeout=PACKAGES_TIMEOUT_S)
+    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env, timeout=PACKAGES_TIMEOUT_S)
+
+
+def prepare(user: str) -> None:
+    """What the testbed needs of the machine beside the installed PBS: its runtime packages, and the
+    ordinary user its jobs run as (PBS runs no job of root), with a home directory. Idempotent."""
+    reason = unavailable_reason()
     if reason is not None:
-        return reason
-    if not BUILD_STAMP.exists():
-        return "OpenPBS is not built here: run tests/pbs/install.sh (as root; ~2 minutes)"
-    return None
+        raise TestbedError(reason)
+    iff = PBS_EXEC / "sbin" / "pbs_iff"
+    if not iff.stat().st_mode & stat.S_ISUID:
+        raise TestbedError(f"{iff} is not setuid root, so the job user's qsub cannot authenticate to the server: "
+                           f"`chmod 4755 {iff}`, as a PBS installation leaves it")
+    install_runtime_packages()
+    if run(["id", user], check=False).returncode != 0:
+        run(["useradd", "--create-home", "--shell", "/bin/bash", user])
 
 
 def job_processes(testbed: Testbed, job_id: str) -> dict[int, str]:
@@ -321,9 +373,7 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
     """Bring the testbed up (or return at once if it already is) and wait for three free moms."""
     testbed = describe(state_dir)
     if not is_up(state_dir):
-        reason = unavailable_reason()
-        if reason is not None:
-            raise TestbedError(reason)
+        prepare(testbed.user)
         down(state_dir)  # leftovers of a crashed run
         remove_stale_mpich_segments()
         try:
