@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mpiray.errors import ConfigError, LaunchError
+from mpiray.raynode.commands import head_ports
 from mpiray.raynode.raycompat import ray_version
 
 HEARTBEAT_S = 10.0
@@ -61,6 +62,7 @@ class Entry:
     gpus: float = 0.0
     autoscale: dict = field(default_factory=dict)  # the autoscaler's bounds and worker jobs, if it runs
     dashboard_port: int | None = None  # the head's dashboard on 127.0.0.1 of its host, with --dashboard
+    client_port: int | None = None  # the head's Ray Client server (ray://head_ip:PORT), where ray[default] runs it
 
     def stale(self, now: float | None = None) -> str | None:
         """Why this entry no longer describes a running cluster (None: it does)."""
@@ -215,6 +217,7 @@ class Published:
             ends_at=me.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
             cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
             dashboard_port=me.node.spec.ports.dashboard if config.dashboard and me.node is not None else None,
+            client_port=head_ports(me.node.spec).ray_client if me.node is not None and me.node.spec else None,
         )
         try:
             registry.publish(entry, session.token)

@@ -1,0 +1,105 @@
+"""`mpiray attach` from a host that runs none of the cluster's raylets, as a login node: its driver connects
+through Ray Client with the cluster's token; on a host of the cluster, through the host's raylet. A
+separate PID namespace is such a host: Ray looks for a raylet in the process table, and finds none there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpiray.elastic.registry import Registry
+from mpiray.raynode.raycompat import ray_version
+
+from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, launcher_argv, new_job_id
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                       reason="a login host is a PID namespace of its own: needs root and unshare"),
+]
+WAITING_DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
+# What a user's driver does: a plain ray.init(), then the cluster's nodes and a task.
+USER_DRIVER = ("import json, ray\nray.init()\n"
+               "print('ATTACHED', json.dumps({'nodes': sum(n['Alive'] for n in ray.nodes()), "
+               "'task': ray.get(ray.remote(lambda: 42).remote())}), flush=True)\n")
+LOGIN_HOST = ["unshare", "--pid", "--fork", "--mount-proc", "--"]  # its own process table: no raylet in it
+
+
+@pytest.fixture
+def cluster(tmp_path, private_registry):
+    """A 2-node cluster whose driver waits: (job id, its registry entry)."""
+    job_id, marker = new_job_id("attach"), tmp_path / "go"
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id],
+                         [PYTHON, str(WAITING_DRIVER), "wait-nodes", "2", str(marker)])
+    with open(tmp_path / "cluster.out", "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        registry, deadline = Registry(private_registry), time.monotonic() + JOB_TIMEOUT_S
+        while not [e for e in registry.running() if e.job_id == job_id]:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "cluster.out").read_text()[-3000:]
+            time.sleep(0.3)
+        yield job_id, registry.read(job_id)
+        marker.touch()
+        assert proc.wait(JOB_TIMEOUT_S) == 0, (tmp_path / "cluster.out").read_text()[-3000:]
+    finally:
+        marker.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def attach(job_id: str, where: list[str] = (), env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*where, str(BIN / "mpiray"), "attach", job_id, "--", PYTHON, "-c", USER_DRIVER],
+                          capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})})
+
+
+def test_attach_from_a_host_without_a_raylet_connects_through_ray_client(cluster):
+    job_id, entry = cluster
+    login = attach(job_id, LOGIN_HOST)
+    assert login.returncode == 0, login.stderr[-3000:]
+    assert driver_report(login.stdout, "ATTACHED") == {"nodes": 2, "task": 42}
+    assert f"ray://{entry.head_ip}:{entry.client_port}" in login.stderr and "Ray Client" in login.stderr
+    on_the_cluster = attach(job_id)  # a host of the cluster: through its raylet, as before
+    assert on_the_cluster.returncode == 0, on_the_cluster.stderr[-3000:]
+    assert driver_report(on_the_cluster.stdout, "ATTACHED") == {"nodes": 2, "task": 42}
+    assert f"({entry.gcs_address}, through this host's raylet)" in on_the_cluster.stderr
+
+
+@pytest.mark.parametrize("token", ["none", "wrong"])
+def test_ray_clients_port_refuses_a_driver_without_the_clusters_token(cluster, tmp_path, token):
+    """The client port listens on the head's address, where every user of the network reaches it."""
+    job_id, entry = cluster
+    env = {"RAY_ADDRESS": f"ray://{entry.head_ip}:{entry.client_port}", "RAY_AUTH_MODE": "disabled"}
+    if token == "wrong":
+        wrong = tmp_path / "wrong_token"
+        wrong.write_text("0" * 64)
+        wrong.chmod(0o600)
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(wrong))
+    result = subprocess.run([*LOGIN_HOST, PYTHON, "-c", USER_DRIVER], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, **env})
+    assert result.returncode != 0 and "ATTACHED" not in result.stdout
+    assert "ray client connection timeout" in result.stderr, result.stderr[-3000:]
+
+
+def test_attach_refuses_a_cluster_that_has_no_ray_client_from_a_host_without_a_raylet(tmp_path, private_registry):
+    """A head without grpcio (ray without [default]) serves no Ray Client: said at once, not after a minute."""
+    registry = Registry(private_registry)
+    now = time.time()
+    entry = {"job_id": "noclient", "gcs_address": "127.0.0.1:1", "head_ip": "127.0.0.1", "host": "h", "pid": 1,
+             "uid": os.getuid(), "ray": ray_version(),
+             "python": sys.version.split()[0], "log_dir": str(tmp_path), "started": now, "heartbeat": now}
+    (Path(private_registry) / "noclient.json").write_text(json.dumps(entry))
+    started = time.monotonic()
+    result = attach("noclient", LOGIN_HOST)
+    assert result.returncode == 2 and time.monotonic() - started < 30
+    assert "serves no Ray Client" in result.stderr, result.stderr
+    registry.remove("noclient")
