@@ -54,7 +54,8 @@ echo "job $SLURM_JOB_ID: Ray on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST)
 #                        slurm.conf) each rank is alone and the launcher stops with an
 #                        explanation. `srun --mpi=list` shows what your Slurm has.
 #                        MPICH over UCX under pmi2 can fail in MPI_Init with "mpi/pmi2: invalid
-#                        client request": see docs/troubleshooting.md, mpi_init (MPIR_CVAR_CH4_NETMOD=ofi).
+#                        client request": on the PyPI MPICH wheel mpiray picks the ofi netmod by
+#                        itself; for a site MPICH see docs/troubleshooting.md, mpi_init.
 # --kill-on-bad-exit=1   a rank that dies (its node fails) ends the step, rather than leaving
 #                        the others to wait for it.
 # --cpus-per-task        repeated: since Slurm 22.05 srun no longer inherits it from sbatch.

@@ -51,6 +51,14 @@ class Node:
                 "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *argv]
 
 
+def login_command(argv: list[str], name: str) -> list[str]:
+    """argv run as on a login node: a process table of its own, in which no raylet of any job runs (Ray's
+    `ray.init(address=...)` looks for one there), and a hostname of its own, on the machine's side of the
+    testbed's bridge (where the scheduler's controller is)."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--",
+            "sh", "-c", 'hostname "$0" && exec "$@"', name, *argv]
+
+
 @dataclasses.dataclass(frozen=True)
 class Network:
     """A private bridge with the machine's end of it (gateway), the hosts on it, their names in /etc/hosts."""

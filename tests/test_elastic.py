@@ -58,6 +58,11 @@ def mpiray(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})}, check=False)
 
 
+def login(bed, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`mpiray ARGS` on the testbed's login host."""
+    return bed.login([str(BIN / "mpiray"), *args], timeout, env={**os.environ}, check=False)
+
+
 def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cleanly(
         slurm_testbed, jobs, tmp_path, private_registry):
     bed, registry = slurm_testbed, Registry(private_registry)
@@ -70,11 +75,13 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
         joiner = start(bed, srun(bed, jobs, tmp_path, 2, "--join", cluster), tmp_path / "join.out")
         ready = driver_report(_wait_for_text(tmp_path / "head.out", "ELASTIC "), "ELASTIC")
         assert ready == {"ready": 3, "ran_on": 3}  # a task ran on each of the joined job's nodes too
-        listed = json.loads(mpiray("list", "--json").stdout)
+        # From the login host: no raylet of the cluster in its process table, as on a site's login node.
+        listed = json.loads(login(bed, "list", "--json").stdout)
         assert [(c["job_id"], c["total_nodes"], len(c["joins"])) for c in listed] == [(cluster, 3, 1)]
-        attached = mpiray("attach", cluster, "--", PYTHON, str(DRIVER), "count")
+        attached = login(bed, "attach", cluster, "--", PYTHON, str(DRIVER), "count")
         assert attached.returncode == 0, attached.stderr
         assert driver_report(attached.stdout, "ELASTIC")["nodes"] == 3
+        assert "ray://" in attached.stderr  # through Ray Client: the login host runs no raylet
         marker.touch()  # the head's driver ends: the cluster ends, and the joined job leaves by itself
         assert finish(head) == 0, (tmp_path / "head.out").read_text()[-3000:]
         ended = time.monotonic()

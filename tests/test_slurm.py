@@ -9,14 +9,17 @@ shows them; they are also in the JUnit properties).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from mpiray.batch import environment
 from mpiray.logs.events import read_events
 
 from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings, wait_for_file_text
@@ -106,7 +109,7 @@ def mpi_cannot_use(bed: testbed.Testbed, jobs: Jobs, plugin: str) -> str | None:
     """
     probe = "from mpi4py import MPI; print('MPI-WORLD', MPI.COMM_WORLD.size, flush=True)"
     result = bed.run(["srun", f"--job-name={jobs.name}", "-N2", "--ntasks-per-node=1", f"--mpi={plugin}",
-                      PYTHON, "-c", probe], timeout=120)
+                      PYTHON, "-c", probe], timeout=120, env={**os.environ, **testbed.BARE_MPI_ENV})
     sizes = re.findall(r"^MPI-WORLD (\d+)$", result.stdout, re.MULTILINE)
     if result.returncode == 0 and sizes == ["2", "2"]:
         return None
@@ -155,6 +158,9 @@ def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, 
     assert_each_rank_advertises_its_own_node_ip(bed, logs)
     assert (field(logs[0], "rank_started", "scheduler"), field(logs[0], "rank_started", "launcher")) == ("slurm", "srun")
     assert field(logs[0], "rank_started", "size") == 3
+    # On the MPICH wheel, every rank chose MPICH's ofi netmod before MPI_Init (the testbed sets none, as users don't).
+    wheel = environment.wheel_netmod(os.environ, sys.prefix, sys.path)
+    assert [field(records, "netmod_chosen", "netmod") for records in logs] == [wheel] * 3
     assert exited_with(logs, 0)
     jobs.wait_until_gone(job_dir.name)
 

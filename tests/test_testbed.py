@@ -2,6 +2,7 @@
 TCP between the hosts, and exit codes of failed batch jobs."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -58,8 +59,8 @@ TCP_PROBE = textwrap.dedent("""
 
 
 def srun_probe(bed, *srun_args):
-    result = bed.run(["srun", *srun_args, PYTHON, "-c", MPI_PROBE, bed.controller_ip],
-                     timeout=STEP_TIMEOUT_S)
+    result = bed.run(["srun", *srun_args, PYTHON, "-c", MPI_PROBE, bed.controller_ip],  # a bare mpi4py program
+                     timeout=STEP_TIMEOUT_S, env={**os.environ, **testbed.BARE_MPI_ENV})
     assert result.returncode == 0, result.stderr
     return sorted((json.loads(line) for line in result.stdout.splitlines()),
                   key=lambda task: task["env"]["SLURM_PROCID"])

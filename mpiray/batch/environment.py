@@ -6,6 +6,7 @@ two tables below; the functions are pure (they take the environment as a mapping
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import time
@@ -212,6 +213,25 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
         mpi_type=environ.get("SLURM_MPI_TYPE") or None,
         netmod=environ.get("MPIR_CVAR_CH4_NETMOD") or None,
     )
+
+
+# The PyPI MPICH wheel's default network module is UCX (MPI.Get_library_version(): "ch4:ucx ofi"): under
+# srun --mpi=pmi2 its ~3.5 KB address breaks Slurm's pmi2 plugin now and then (MPI_Init fails on every task;
+# docs/compatibility.md). Its libfabric module (ofi) has a 66-byte address, and runs on every network here.
+WHEEL_NETMOD = "ofi"
+
+
+def wheel_netmod(environ: Mapping[str, str], prefix: str, site_dirs: list[str]) -> str | None:
+    """The netmod to choose before MPI_Init: WHEEL_NETMOD where mpi4py will load the PyPI MPICH wheel's
+    library (it looks in the environment's lib/ first) and nobody chose a netmod or another library
+    (MPIR_CVAR_CH4_NETMOD, MPI4PY_LIBMPI, MPI4PY_MPIABI); None: leave MPI as it is."""
+    if any(environ.get(name) for name in ("MPIR_CVAR_CH4_NETMOD", "MPI4PY_LIBMPI", "MPI4PY_MPIABI")):
+        return None
+    if not os.path.exists(os.path.join(prefix, "lib", "libmpi.so.12")):
+        return None
+    wheel = any(glob.glob(os.path.join(directory, "mpich-*.dist-info")) for directory in site_dirs
+                if directory.endswith("-packages"))
+    return WHEEL_NETMOD if wheel else None
 
 
 def default_job_id(env: Environment, now: float | None = None, pid: int | None = None) -> str:

@@ -47,6 +47,8 @@ def _kinds(**kinds: tuple[str, str]) -> dict[str, Kind]:
 # in a comment where the text leaves some out (docs/logs.md is checked against this table).
 KINDS = _kinds(
     # -- start-up ------------------------------------------------------------------------------
+    netmod_chosen=(INFO, "MPI: the PyPI MPICH wheel's network module set to {netmod} (MPIR_CVAR_CH4_NETMOD; its "
+                         "default, UCX, can fail MPI_Init under srun --mpi=pmi2); set it yourself to choose another"),
     launched=(INFO, "started by {launcher} (task {task}), before MPI_Init"),  # + scheduler, mpi_type, netmod
     rank_started=(INFO, "mpiray on {host} (pid {pid}): rank {rank} of {size}, {launch}, {mpi}, Ray {ray}, "
                         "Python {python}"),  # + scheduler, launcher, job_id

@@ -12,7 +12,9 @@ its failure maps to.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import time
 import traceback
 from typing import Callable
@@ -81,9 +83,16 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankL
 def early_log(config: Config) -> RankLog:
     """This rank's log, made before MPI_Init (of MPI's world). Where the job's log dir is already known
     (a scheduler's job, or --job-id) it opens, and says the rank was launched: a rank whose MPI_Init
-    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id."""
+    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id.
+
+    Also the last moment to choose MPICH's network module: on the PyPI wheel, ofi unless one was chosen."""
+    netmod = environment.wheel_netmod(os.environ, sys.prefix, sys.path)
+    if netmod:
+        os.environ["MPIR_CVAR_CH4_NETMOD"] = netmod
     env = environment.detect()
     log = RankLog(env.task_rank or 0, socket.gethostname())
+    if netmod:
+        log.event("netmod_chosen", netmod=netmod)
     job_id = config.job_id or env.job_id
     if job_id is None or env.task_rank is None:
         return log

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from mpiray.batch import environment
 from mpiray.batch.environment import default_job_id, detect, singleton_error
 
 # srun -N3 -n3 --mpi=pmi2, task 1.
@@ -191,3 +192,17 @@ def test_job_id_is_the_schedulers_else_a_timestamp_and_pid():
 def test_describe_names_scheduler_launcher_and_tasks():
     assert detect(HYDRA_IN_SBATCH).describe() == "scheduler slurm, launcher hydra, 6 tasks"
     assert detect({}).describe() == "scheduler none, launcher none"
+
+
+def test_on_the_mpich_wheel_the_launcher_chooses_ofi_unless_a_netmod_or_another_library_was_chosen(tmp_path):
+    prefix, site = tmp_path / "venv", tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (prefix / "lib").mkdir(parents=True)
+    site.mkdir(parents=True)
+    assert environment.wheel_netmod({}, str(prefix), [str(site)]) is None  # no MPICH in this environment
+    (prefix / "lib" / "libmpi.so.12").touch()
+    assert environment.wheel_netmod({}, str(prefix), [str(site)]) is None  # a libmpi, but not the wheel's
+    (site / "mpich-5.0.2.dist-info").mkdir()
+    assert environment.wheel_netmod({}, str(prefix), [str(tmp_path), str(site)]) == "ofi"
+    for chosen in ({"MPIR_CVAR_CH4_NETMOD": "ucx"}, {"MPI4PY_LIBMPI": "/opt/cray/lib/libmpi.so"},
+                   {"MPI4PY_MPIABI": "openmpi"}):
+        assert environment.wheel_netmod(chosen, str(prefix), [str(site)]) is None

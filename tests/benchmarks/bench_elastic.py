@@ -92,8 +92,7 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
                 break
         (cluster,) = [entry.job_id for entry in Registry(registry).running()]
         job = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(log_dir / cluster),
-                              cpus=1, env={"MPIRAY_REGISTRY": str(registry),
-                                           "MPIR_CVAR_CH4_NETMOD": env.get("MPIR_CVAR_CH4_NETMOD", "ofi")})
+                              cpus=1, env={"MPIRAY_REGISTRY": str(registry)})
         submitted = time.time()
         bed.run(["sbatch", "--parsable"], input=slurm.slurm_script(job, 1), env=env, timeout=60, check=True)
         head.communicate(timeout=300)

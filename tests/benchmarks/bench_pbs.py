@@ -94,7 +94,7 @@ def elastic_reference(bed, tracked: PbsJobs, registry: Path) -> float:
     variables = tracked.variables()
     worker = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(job_dir), cpus=1,
                             setup=variables["ENV_SETUP"],
-                            env={"MPIRAY_REGISTRY": str(registry), "MPIR_CVAR_CH4_NETMOD": variables["MPIR_CVAR_CH4_NETMOD"]})
+                            env={"MPIRAY_REGISTRY": str(registry)})
     script = tracked.workdir / f"worker-{cluster}.sh"
     script.write_text(pbs_script(worker, 1))
     submitted = time.time()

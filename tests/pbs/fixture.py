@@ -72,7 +72,7 @@ class PbsJobs:
     def variables(self, driver: list[str] | None = None, **extra: str) -> dict[str, str]:
         """qsub -v for the scripts in jobs/: this checkout, this Python's environment, the driver."""
         variables = {"MPIRAY_DIR": str(ROOT), "ENV_SETUP": f"source {shlex.quote(str(Path(PYTHON).parent / 'activate'))}",
-                     "MPIR_CVAR_CH4_NETMOD": self.bed.env()["MPIR_CVAR_CH4_NETMOD"], **extra}
+                     **extra}
         if driver is not None:
             variables["MPIRAY_DRIVER"] = shlex.join(driver)
         return variables

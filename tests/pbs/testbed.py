@@ -82,7 +82,6 @@ CPUS_PER_NODE = 4
 KILL_DELAY_S = 30  # SIGTERM to SIGKILL on qdel, qrerun and the walltime (PBS's default is 10 s)
 DEFAULT_USER = "mpiraypbs"
 UP_TIMEOUT_S = 120.0
-MPICH_NETMOD = "ofi"  # as the Slurm testbed's jobs: MPICH's UCX netmod needs a real fabric
 FINISHED = "F"  # job_state of a job that ended (kept as history: job_history_enable)
 SERVER_DAEMONS = {  # name -> the lock file of PBS_HOME that holds its PID
     "pbs_server": "server_priv/server.lock", "pbs_sched": "sched_priv/sched.lock",
@@ -139,7 +138,6 @@ class Testbed:
             if name.startswith(("PBS_", "PMI", "SLURM_")):  # of an enclosing job
                 del env[name]
         env["PATH"] = os.pathsep.join([str(PBS_EXEC / "bin"), env.get("PATH", "/usr/bin:/bin")])
-        env.setdefault("MPIR_CVAR_CH4_NETMOD", MPICH_NETMOD)
         return env
 
     def run(self, cmd: list[str], timeout: float, user: str | None = None, **kwargs) -> subprocess.CompletedProcess:
@@ -448,8 +446,7 @@ def status(state_dir: str | Path | None = None) -> str:
 
 
 def exports(testbed: Testbed) -> str:
-    return "\n".join([f"export PATH={PBS_EXEC / 'bin'}:$PATH", f"export {USER_ENV}={shlex.quote(testbed.user)}",
-                      f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}"])
+    return "\n".join([f"export PATH={PBS_EXEC / 'bin'}:$PATH", f"export {USER_ENV}={shlex.quote(testbed.user)}"])
 
 
 def main(argv: list[str] | None = None) -> int:

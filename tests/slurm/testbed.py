@@ -37,6 +37,7 @@ from netns import (  # noqa: E402
     TestbedError,
     command_line,
     link_exists,
+    login_command,
     processes_on,
     processes_with,
     remove_stale_mpich_segments,
@@ -53,6 +54,7 @@ MARKER_FILE = ".mpiray-testbed"
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 CONTROLLER_IP = "10.77.0.1"
 BRIDGE = "mpiray-br0"
+LOGIN_HOST = "mpiray-login"  # the login node: the controller's side of the bridge, a process table of its own
 NODE_COUNT = 3
 CPUS_PER_NODE = 2
 REAL_MEMORY_MB = 1024
@@ -63,7 +65,9 @@ PARTITION = "testbed"
 KILL_WAIT_S = 10
 MIN_JOB_AGE_S = 10
 UP_TIMEOUT_S = 60.0
-MPICH_NETMOD = "ofi"  # for the testbed's jobs: see Testbed.env
+# A bare mpi4py program on the MPICH wheel under srun --mpi=pmi2 needs MPICH's ofi netmod (see BARE_MPI_ENV);
+# the launcher chooses it by itself, so the testbed's environment leaves MPICH as users have it.
+BARE_MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi"}
 # States in the job completion log of a run that Slurm ends and starts again (scontrol requeue, preemption).
 REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
@@ -100,7 +104,8 @@ class Testbed:
 
     @property
     def network(self) -> Network:
-        return Network(BRIDGE, SUBNET, self.controller_ip, self.nodes, "mpiray slurm testbed (tests/slurm/testbed.py)")
+        return Network(BRIDGE, SUBNET, self.controller_ip, self.nodes, "mpiray slurm testbed (tests/slurm/testbed.py)",
+                       extra_names=((self.controller_ip, LOGIN_HOST),))
 
     @property
     def daemons(self) -> Daemons:
@@ -148,15 +153,10 @@ class Testbed:
             if name.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "PMI", "PMIX_")):
                 del env[name]
         env["SLURM_CONF"] = str(self.conf_path)
-        # Slurm's pmi2 plugin reads a PMI-1 request with one read() of 1024 bytes ("TODO: read until
-        # newline", src/plugins/mpi/pmi2/pmi1.c), while it tells clients a value may be 1024 bytes long.
-        # MPICH speaks PMI-1 to it and puts UCX's address (~3.5 KB) as segments of up to 1024 characters:
-        # whenever a segment's line passes 1024 bytes, which depends on the address's bytes, the request
-        # is cut in two ("mpi/pmi2: value not properly terminated", "invalid client request") and
-        # MPI_Init fails on every task. MPICH's ofi netmod has a 66-byte address: one short line per rank.
-        # Set here, in the environment of the testbed's jobs, as a site sets its MPI's defaults; the
-        # README says the same to users of Slurm with MPICH over UCX.
-        env.setdefault("MPIR_CVAR_CH4_NETMOD", MPICH_NETMOD)
+        # No MPIR_CVAR_CH4_NETMOD: the jobs run MPICH as users have it, and the launcher picks the wheel's
+        # netmod by itself (mpiray/batch/environment.py wheel_netmod). Slurm's pmi2 plugin reads a PMI-1
+        # request with one read() of 1024 bytes (src/plugins/mpi/pmi2/pmi1.c), while MPICH puts UCX's ~3.5 KB
+        # address in segments of up to 1024 characters: MPI_Init fails now and then on every task.
         return env
 
     def node_states(self) -> dict[str, str]:
@@ -172,6 +172,10 @@ class Testbed:
         kwargs.setdefault("capture_output", True)
         return subprocess.run(cmd, env=self.env(kwargs.pop("env", None)), text=True,
                               timeout=timeout, **kwargs)
+
+    def login(self, cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+        """cmd run on the testbed's login host (LOGIN_HOST): a process table of its own, with no raylet in it."""
+        return self.run(login_command(cmd, LOGIN_HOST), timeout, **kwargs)
 
     def job_result(self, job_id: int | str) -> JobResult | None:
         """How a job ended, from the job completion log (`sacct --completion`); None until then
@@ -489,8 +493,7 @@ def status(state_dir: str | Path | None = None) -> str:
 
 def exports(testbed: Testbed) -> str:
     """Shell lines that point Slurm's commands and MPICH at this testbed (see Testbed.env)."""
-    return (f"export SLURM_CONF={testbed.conf_path}\n"
-            f"export MPIR_CVAR_CH4_NETMOD=${{MPIR_CVAR_CH4_NETMOD:-{MPICH_NETMOD}}}")
+    return f"export SLURM_CONF={testbed.conf_path}"
 
 
 def main(argv: list[str] | None = None) -> int:
