@@ -17,8 +17,12 @@
 # The mpiray checkout (start_ray.py), on a filesystem the compute nodes see (not /home on some
 # systems: use the project filesystem).
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
-# How to enter the Python environment with Ray and an mpi4py built against Cray MPICH
-# (`MPICC=cc pip install --no-binary mpi4py mpi4py`).
+# How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
+# What the environment ENV_SETUP enters must hold: Ray 2.52-2.60 with its dashboard agent and RLlib,
+# psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
+# start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
+# with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
+# `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
 ENV_SETUP=${ENV_SETUP:-"module load conda/2021-09-22 && conda activate ray"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Sequence
 
+from mpiray import package
 from mpiray.errors import ConfigError
 from mpiray.host import processes
 from mpiray.logs.files import driver_log_path
@@ -37,7 +38,8 @@ class CommandLeader:
             return
         out_path = driver_log_path(cluster.log_dir)
         try:
-            self.proc = processes.start(self.command, env=cluster.driver_env(dict(os.environ)),
+            env = package.driver_env(cluster.driver_env(dict(os.environ)), self.command)
+            self.proc = processes.start(self.command, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as error:
             raise ConfigError(f"cannot start the driver {self.command}: {error.strerror}",
