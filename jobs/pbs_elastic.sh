@@ -22,9 +22,12 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
 # `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
 ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 5000000"}
 MIN_NODES=${MIN_NODES:-1}
 MAX_NODES=${MAX_NODES:-8}
+# What rank 0 runs: by default a trainer that uses the nodes that arrive, MAX_NODES trials (each its own
+# random seed, each the head node's size): the first starts at once, the others wait for nodes, and Ray's
+# autoscaler asks for worker jobs to run them (a driver sized to the cluster at its start would not).
+export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-samples $MAX_NODES --stop-timesteps 5000000"}
 COOLDOWN=${COOLDOWN:-300}
 WORKER_CPUS=${WORKER_CPUS:-64}
 WORKER_TEMPLATE=${WORKER_TEMPLATE:-$MPIRAY_DIR/jobs/pbs_worker_template.sh}

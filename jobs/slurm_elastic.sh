@@ -21,9 +21,13 @@
 # ---- settings: edit them here, or set them in the environment you run sbatch from ------------
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 5000000"}
 MIN_NODES=${MIN_NODES:-1}          # this job's own node included
 MAX_NODES=${MAX_NODES:-8}
+# What rank 0 runs: by default a trainer that uses the nodes that arrive, MAX_NODES trials (each its own
+# random seed, each the head node's size): the first starts at once, the others wait for nodes, and Ray's
+# autoscaler asks for worker jobs to run them. A driver sized to the cluster at its start would give
+# Ray no demand, and the cluster would never grow past MIN_NODES.
+export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-samples $MAX_NODES --stop-timesteps 5000000"}
 COOLDOWN=${COOLDOWN:-300}          # idle seconds before a worker job is cancelled
 WORKER_CPUS=${WORKER_CPUS:-36}     # each worker job's node (one Slurm task of this many CPUs)
 # Each worker job's #SBATCH lines (partition, account, qos, walltime) and setup lines (a venv).

@@ -42,3 +42,4 @@ class Config:
     worker_job: Path | None = None  # the worker jobs' template: #SBATCH/#PBS lines and shell lines
     worker_cpus: int | None = None  # CPUs of a worker job's node (default: the head's)
     worker_gpus: int | None = None  # GPUs of a worker job's node (default: 0)
+    worker_pending_limit: float | None = None  # seconds a worker job may be queued (default: as long as Ray wants it)

@@ -335,6 +335,9 @@ OPTIONS = (
            shown_default="none"),
     Option("worker_cpus", None, "CPUs of each worker job's node", _positive_count, shown_default="the head's"),
     Option("worker_gpus", None, "GPUs of each worker job's node", _count, shown_default="0"),
+    Option("worker_pending_limit", None, "seconds a worker job may wait in the queue before it is cancelled and "
+           "counted as failed (the next submit backs off); by default it waits as long as Ray wants its node, "
+           "since a production queue can take hours", _positive_seconds, shown_default="none"),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
            "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
            switch=True, shown_default="off",

@@ -331,3 +331,35 @@ def test_the_elastic_job_script_grows_its_cluster_and_completes(slurm_testbed, j
     assert '"placement_group_ready": true' in output and '"ran_on": 3' in output
     wait_until_no_worker_job(bed, job_id, 60)
     jobs.wait_until_gone(job_id)
+
+
+@pytest.mark.train
+def test_the_elastic_scripts_default_driver_grows_the_cluster_past_its_minimum(slurm_testbed, jobs, tmp_path,
+                                                                             private_registry):
+    """jobs/slurm_elastic.sh as shipped (its default driver: MAX_NODES trials of the trainer): the trials that
+    do not fit the head job's node are Ray's demand, and its autoscaler adds worker jobs for them."""
+    bed = slurm_testbed
+    template = tmp_path / "worker.sh"
+    template.write_text(f"#SBATCH --partition={bed.partition}\nsource {Path(PYTHON).parent / 'activate'}\n")
+    env = jobs.env(tmp_path, [], MAX_NODES="3", WORKER_CPUS="1", WORKER_TEMPLATE=str(template), COOLDOWN="20",
+                   MPIRAY_REGISTRY=str(private_registry))
+    del env["MPIRAY_DRIVER"]  # the script's own default driver
+    job_id = jobs.submit(ROOT / "jobs" / "slurm_elastic.sh", tmp_path, env, "--cpus-per-task=2")
+    output = tmp_path / f"{jobs.name}-{job_id}.out"
+    try:
+        _wait_for_text(output, "[train] 3 trials of PPO")
+        autoscaler = tmp_path / "logs" / job_id / "autoscaler-rank-0000.jsonl"
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while len(_autoscaler_events(autoscaler, "node_joined")) < 2:  # the cluster's maximum: 1 + 2 worker jobs
+            assert time.monotonic() < deadline, output.read_text()[-3000:]
+            time.sleep(1)
+    finally:
+        bed.run(["scancel", job_id], timeout=60)
+    result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.state in ("CANCELLED", "FAILED", "COMPLETED"), result
+    assert wait_until_no_worker_job(bed, job_id, 60) < 60
+    jobs.wait_until_gone(job_id)
+
+
+def _autoscaler_events(path: Path, name: str) -> list[dict]:
+    return [record["fields"] for record in read_events(path) if record["event"] == name] if path.exists() else []

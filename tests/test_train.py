@@ -203,6 +203,7 @@ def test_stop_grace_follows_the_launcher(environ, expected):
         (["--env", "Corridor", "--env-config", '{"corridor_length": 0}'], r"could not be built"),
         (["--framework", "tf2"], r"supports only torch"),
         (["--algo-config", '{"num_epoch": 3}'], r"unknown AlgorithmConfig key.*num_epochs"),
+        (["--num-samples", "4", "--seed", "7"], r"4 identical trials: leave --seed out"),
     ],
 )
 def test_bad_setups_fail_before_starting_ray(argv, message, tmp_path, capsys):
@@ -210,6 +211,12 @@ def test_bad_setups_fail_before_starting_ray(argv, message, tmp_path, capsys):
     assert cli.main([*argv, "--storage-path", str(tmp_path)]) == cli.EXIT_USAGE
     assert re.search(message, capsys.readouterr().err, re.DOTALL)
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_num_samples_is_a_whole_number_of_at_least_one(value, capsys):
+    assert cli.main(["--num-samples", value]) == cli.EXIT_USAGE
+    assert "--num-samples" in capsys.readouterr().err
 
 
 def test_unwritable_storage_path_fails_before_starting_ray(tmp_path, capsys):

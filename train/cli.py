@@ -120,6 +120,10 @@ def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--num-env-runners", "--worker-num", dest="num_env_runners", type=int, default=None,
                            help="sampling actors (old name: num_workers); default: all cluster CPUs minus "
                                 "the algorithm/learner's one; 0 samples in the learner process")
+    resources.add_argument("--num-samples", type=positive_int, default=1,
+                           help="trials of the same config, each with Ray's own random seed (default: 1); each "
+                                "trial defaults to the head node's CPUs, and trials that do not fit wait: on an "
+                                "elastic cluster (--autoscale) Ray's autoscaler adds nodes for them")
     resources.add_argument("--num-envs-per-env-runner", type=int, default=1,
                            help="vectorized envs per env runner (default: %(default)s)")
     resources.add_argument("--num-gpus", type=float, default=0.0,
@@ -230,6 +234,17 @@ def int_tuple(text: str) -> tuple[int, ...]:
 def str_tuple(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated strings."""
     return tuple(part.strip() for part in text.split(","))
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int of at least 1."""
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def optional_int(text: str) -> Optional[int]:

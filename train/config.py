@@ -16,6 +16,7 @@ from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 FRAMEWORKS = ("torch",)
 # Spread bundles over nodes so env runners are not packed onto the head node.
 PLACEMENT_STRATEGY = "SPREAD"
+SWEEP_PLACEMENT_STRATEGY = "PACK"  # several trials: each on as few nodes as it fits, so more trials run at once
 # Ray's own resource of the head node: a bundle asking for a sliver of it is placed there.
 HEAD_NODE = {HEAD_RESOURCE: 0.001}
 # Losing a node: its env runners' actors restart (once the placement group finds room again) and
@@ -93,7 +94,7 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
             num_envs_per_env_runner=options.num_envs_per_env_runner,
         )
         .learners(**learners)
-        .resources(placement_strategy=PLACEMENT_STRATEGY)
+        .resources(placement_strategy=PLACEMENT_STRATEGY if options.num_samples == 1 else SWEEP_PLACEMENT_STRATEGY)
         .fault_tolerance(
             restart_failed_env_runners=True,
             env_runner_health_probe_timeout_s=HEALTH_PROBE_TIMEOUT_S,
@@ -106,6 +107,9 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
     if options.checkpoint_score and "/" in options.checkpoint_score:
         config.callbacks(on_train_result=ScoreMetricCopy(options.checkpoint_score))
     if options.seed is not None:
+        if options.num_samples > 1:
+            raise OptionError(f"--seed with --num-samples {options.num_samples} would train {options.num_samples} "
+                              "identical trials: leave --seed out (each trial then has a seed of its own)")
         config.debugging(seed=options.seed)
     config.training(**_training_settings(config, options, learners["num_learners"]))
     return _apply_algo_config(config, options.algo_config)

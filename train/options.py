@@ -25,6 +25,7 @@ class TrainOptions:
     env_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     algo_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     num_env_runners: Optional[int] = None
+    num_samples: int = 1
     num_envs_per_env_runner: int = 1
     num_gpus: float = 0.0
     framework: str = "torch"

@@ -51,14 +51,16 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
         cluster.check_resources(algorithm_config, ray_cluster)
-        _place_algorithm(algorithm_config, ray_cluster)
+        if options.num_samples == 1:  # several trials: each goes where it fits, and its node's loss ends it alone
+            _place_algorithm(algorithm_config, ray_cluster)
         if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
             for params in storage.saved_params(resume_dir):
                 cluster.check_saved_resources(params, ray_cluster, str(resume_dir))
         storage.check_shared_storage(storage_path)
+        trials = f"{options.num_samples} trials of " if options.num_samples > 1 else ""
         _say(
-            f"{algorithm} on {env.name}: {num_env_runners} env runners on a {ray_cluster.num_nodes}-node "
-            f"cluster ({ray_cluster.total_cpus:g} CPUs, {ray_cluster.total_gpus:g} GPUs)"
+            f"{trials}{algorithm} on {env.name}: {num_env_runners} env runners{' each' if trials else ''} on a "
+            f"{ray_cluster.num_nodes}-node cluster ({ray_cluster.total_cpus:g} CPUs, {ray_cluster.total_gpus:g} GPUs)"
         )
         _register_env(env)
         name = experiment.name if experiment is not None else options.name or storage.experiment_name(algorithm, env.name)
@@ -85,6 +87,8 @@ def _num_env_runners(options: TrainOptions, ray_cluster: cluster.ClusterInfo, re
         return 0
     if options.num_env_runners is not None:
         return options.num_env_runners
+    if options.num_samples > 1:  # a trial per node: the head's CPUs each (an elastic cluster adds nodes of that size)
+        return cluster.default_num_env_runners(ray_cluster.head_cpus or ray_cluster.total_cpus, reserved_cpus)
     return cluster.default_num_env_runners(ray_cluster.total_cpus, reserved_cpus)
 
 
@@ -135,7 +139,8 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
         ],
         verbose=0,  # ProgressLine replaces Tune's tables and full-config dumps
     )
-    return tune.Tuner(trainable, param_space=algorithm_config, run_config=run_config)
+    return tune.Tuner(trainable, param_space=algorithm_config, run_config=run_config,
+                      tune_config=tune.TuneConfig(num_samples=options.num_samples))
 
 
 def _experiment_to_continue(

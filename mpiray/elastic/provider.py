@@ -16,8 +16,10 @@ for its end. This provider only does what it is told, safely:
 - What Ray's v1 monitor lacks, mpiray's policy adds (the pains of dask-jobqueue's adapt()): never more
   than the cluster's MAX nodes pending and running; submits rate-limited; a job that ends before its
   node joined counts as failed, and the next submit waits (back-off), after MAX_FAILURES in a row no
-  more (said in the log); a job pending longer than PENDING_LIMIT_S is cancelled; when Ray ends an idle
-  running node while a job is still pending, the pending job goes first.
+  more (said in the log); a pending job stays queued as long as Ray wants its node (a production queue
+  takes hours: cancelled and resubmitted, it would go to the back of the queue each time), unless
+  --worker-pending-limit gives a limit, past which it is cancelled and counts as failed; when Ray ends an
+  idle running node while a job is still pending, the pending job goes first.
 
 Every decision is an event in LOG_DIR/JOB_ID/autoscaler-rank-0000.jsonl (`mpiray logs` shows them).
 The state (jobs, failures) is a 0600 file beside the cluster's registry entry: rank 0 cancels every
@@ -51,7 +53,6 @@ from mpiray.logs.events import RankLog
 
 SUBMITS_PER_WINDOW, SUBMIT_WINDOW_S = 4, 10.0
 BACKOFF_FIRST_S, BACKOFF_MAX_S, MAX_FAILURES = 10.0, 300.0, 3
-PENDING_LIMIT_S = 600.0
 REFRESH_S = 1.0  # the scheduler is asked at most this often (Ray asks the provider many times per update)
 
 
@@ -63,6 +64,7 @@ class BatchNodeProvider(NodeProvider):
         self.static_path = Path(provider_config["static"])
         self.joins_dir = Path(provider_config["joins"])
         self.max_workers = int(provider_config["max_workers"])  # worker jobs pending + running, at most
+        self.pending_limit = provider_config.get("pending_limit")  # seconds queued, at most (None: no limit)
         self.scheduler = SYSTEMS[provider_config["scheduler"]]()
         self.job = WorkerJob(**{**provider_config["worker_job"],
                                       "directives": tuple(provider_config["worker_job"].get("directives", ()))})
@@ -218,11 +220,12 @@ class BatchNodeProvider(NodeProvider):
                     self.log.event("worker_job_ended", node=node, job=job["job"])
                 else:
                     self._failed(node, job["job"], "it ended before its node joined")
-            elif new == PENDING and now - job["submitted"] > PENDING_LIMIT_S:
+            elif new == PENDING and self.pending_limit and now - job["submitted"] > self.pending_limit:
                 self.scheduler.cancel([job["job"]])
                 new, job["ended"] = GONE, now
-                self.log.event("job_cancelled", node=node, job=job["job"],
-                               why=f"pending for more than {PENDING_LIMIT_S:g} s")
+                why = f"pending for more than --worker-pending-limit {self.pending_limit:g} s"
+                self.log.event("job_cancelled", node=node, job=job["job"], why=why)
+                self._failed(node, job["job"], why)  # backs off: resubmitted at once it would cycle in the queue
             job["state"] = new
             if new != GONE:
                 tags[node] = self._worker_tags(node, joined=job["joined"])

@@ -272,6 +272,30 @@ def test_the_provider_qdels_a_worker_job_ray_ends(tmp_path, replayed, provider_m
     assert provider.state["jobs"]["1"]["state"] == GONE
 
 
+@pytest.mark.parametrize("limit", [None, 600.0])
+def test_a_worker_job_queued_for_hours_stays_queued_unless_a_pending_limit_was_given(tmp_path, replayed,
+                                                                                      provider_module, limit):
+    """A production queue can take hours: cancelled and resubmitted, the job would start at the back each time."""
+    job_dir = tmp_path / "logs" / "7"
+    job_dir.mkdir(parents=True)
+    job = WorkerJob(cluster="7", python=sys.executable, log_dir=str(job_dir), cpus=1)
+    provider = provider_module.BatchNodeProvider({"state": str(tmp_path / "state.json"), "static": str(tmp_path / "static.json"),
+                                  "joins": str(tmp_path / "joins"), "max_workers": 2, "scheduler": "pbs",
+                                  "worker_job": vars(job), "log_dir": str(job_dir), "pending_limit": limit}, "mpiray-7")
+    replayed.reply("qsub", recorded.QSUB_WORKER)
+    provider.create_node({}, {}, 1)
+    provider.state["jobs"]["1"]["submitted"] -= 3 * 3600  # queued for three hours
+    replayed.reply("qstat", recorded.DSV_TWO_JOBS.replace("job_state=R", "job_state=Q"))
+    provider.non_terminated_nodes({})
+    provider.log.close()
+    if limit is None:
+        assert provider.state["jobs"]["1"]["state"] == PENDING and "qdel" not in [a[0] for a in replayed.argvs()]
+    else:  # cancelled, and counted as failed: the next submit waits
+        assert replayed.argvs()[-1] == ["qdel", "3.mpiray-pbs-server"]
+        assert provider.state["jobs"]["1"]["state"] == GONE and provider.state["failures"] == 1
+        assert provider._cannot_submit().startswith("backing off")
+
+
 # ---- the queue, the nodes, and the testbed's own reading --------------------------------------------
 
 
