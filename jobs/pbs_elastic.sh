@@ -31,10 +31,14 @@ export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-samples $MAX_NODES 
 COOLDOWN=${COOLDOWN:-300}
 WORKER_CPUS=${WORKER_CPUS:-64}
 WORKER_TEMPLATE=${WORKER_TEMPLATE:-$MPIRAY_DIR/jobs/pbs_worker_template.sh}
-# PBS warns no job before its walltime: the launcher reads it from qstat and stops the driver (and, in
-# each worker job, drains its node) MPIRAY_STOP_GRACE + 30 s before it ends. Keep the grace below the
-# queue's kill_delay, which is all a driver gets on qdel.
-export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-8}
+# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint (the trainer: this less 2 s, at the
+# end of its current iteration). PBS warns no job before its walltime: mpiray reads the walltime from qstat
+# and stops the driver this long plus 30 s before it ends (--walltime-margin), so the walltime stop gets the
+# whole grace. A qdel gives only the queue's kill_delay (PBS's default: 10 s; `qstat -Qf QUEUE`) from its
+# SIGTERM to its SIGKILL, which mpiray cannot lengthen: rank 0 reads it and says so at the start when it is
+# shorter than this grace.
+# Each worker job drains its node the same margin before its own walltime.
+export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
 
 set -uo pipefail
 eval "$ENV_SETUP"

@@ -30,11 +30,13 @@ ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
 # Empty (qsub -v MPIRAY_DRIVER=,MPIRAY_JOIN=4711): none, for a job whose nodes join cluster 4711 and serve.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER-"python -m train --stop-timesteps 1000000"}
-# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint. PBS warns no job before its
-# walltime: mpiray stops the driver this long plus 30 s before the walltime ends (--walltime-margin),
-# reading the end from qstat. On qdel PBS kills what is left kill_delay seconds after its SIGTERM:
-# keep this below the queue's kill_delay (`qmgr -c "list queue workq kill_delay"`; PBS's default: 10).
-export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-8}
+# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint (the trainer: this less 2 s, at the
+# end of its current iteration). PBS warns no job before its walltime: mpiray reads the walltime from qstat
+# and stops the driver this long plus 30 s before it ends (--walltime-margin), so the walltime stop gets the
+# whole grace. A qdel gives only the queue's kill_delay (PBS's default: 10 s; `qstat -Qf QUEUE`) from its
+# SIGTERM to its SIGKILL, which mpiray cannot lengthen: rank 0 reads it and says so at the start when it is
+# shorter than this grace.
+export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
 # ---------------------------------------------------------------------------------------------
 
 set -uo pipefail

@@ -32,10 +32,12 @@ DEPTH=${DEPTH:-64}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 # The network the Ray nodes talk over: the Slingshot interface (`ip -br addr` on a compute node).
 export MPIRAY_INTERFACE=${MPIRAY_INTERFACE:-hsn0}
-# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint. PBS warns no job before its
-# walltime: the launcher reads the walltime from qstat and stops the driver this long plus 30 s before
-# it ends (--walltime-margin; the job then ends with code 124). On qdel, PBS kills what is left the
-# queue's kill_delay after its SIGTERM (`qmgr -c "list queue debug-scaling kill_delay"`).
+# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint (the trainer: this less 2 s, at the
+# end of its current iteration). PBS warns no job before its walltime: mpiray reads the walltime from qstat
+# and stops the driver this long plus 30 s before it ends (--walltime-margin), so the walltime stop gets the
+# whole grace. A qdel gives only the queue's kill_delay (PBS's default: 10 s; `qstat -Qf QUEUE`) from its
+# SIGTERM to its SIGKILL, which mpiray cannot lengthen: rank 0 reads it and says so at the start when it is
+# shorter than this grace.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
 # The launcher: Cray's PALS mpiexec, one rank per node with DEPTH hardware threads each. The one line
 # that needs PALS: where PBS runs without it, start the ranks through pbs_tmrsh instead, as

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob, run_command, script_body
 
+DEFAULT_KILL_DELAY_S = 10.0  # PBS's, for a queue that sets none: qdel's SIGTERM to its SIGKILL
+
 # qstat's one-letter job_state: queued, held, waiting, in transit, running, exiting, array job begun.
 STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "R": RUNNING, "E": RUNNING, "B": RUNNING}
 
@@ -30,6 +32,7 @@ class JobFacts:
     started: float | None  # stime, seconds since 1970
     run_count: int  # 1 on the first run; qrerun and requeues add one
     exit_status: int | None = None  # once it ended
+    queue: str = ""  # the queue it runs in (its kill_delay: qdel's SIGTERM to SIGKILL)
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -49,7 +52,7 @@ def job_facts(record: dict, job_id: str) -> JobFacts:
         job_id=job_id, state=record.get("job_state", "?"), select=str(resources.get("select", "")),
         cpus=vnode_cpus(record.get("exec_vnode", "")), walltime=duration(resources.get("walltime")),
         started=stamp(record.get("stime")), run_count=int(record.get("run_count", 1) or 1),
-        exit_status=int(exit_status) if exit_status is not None else None,
+        exit_status=int(exit_status) if exit_status is not None else None, queue=str(record.get("queue", "")),
     )
 
 
@@ -109,6 +112,19 @@ def query(job_id: str) -> JobFacts:
         raise CommandFailed(f"qstat -f -F json {job_id}: {len(jobs)} jobs")
     (full_id, record), = jobs.items()
     return job_facts(record, full_id)
+
+
+def queue_fields(text: str) -> dict[str, str]:
+    """`qstat -Qf QUEUE`'s "    name = value" lines -> {name: value} (pure: tested on what OpenPBS printed)."""
+    return {name.strip(): value.strip() for name, sep, value in (line.partition(" = ") for line in text.splitlines())
+            if sep}
+
+
+def kill_delay(queue: str) -> float:
+    """Seconds from qdel's SIGTERM to its SIGKILL in queue (PBS's default where the queue sets none)."""
+    result = run_command(["qstat", "-Qf", queue])
+    value = queue_fields(result.stdout).get("kill_delay")
+    return float(value) if value and value.replace(".", "", 1).isdigit() else DEFAULT_KILL_DELAY_S
 
 
 def dsv_states(text: str) -> dict[str, str]:

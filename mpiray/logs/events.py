@@ -47,6 +47,10 @@ def _kinds(**kinds: tuple[str, str]) -> dict[str, Kind]:
 # in a comment where the text leaves some out (docs/logs.md is checked against this table).
 KINDS = _kinds(
     # -- start-up ------------------------------------------------------------------------------
+    qdel_cuts_grace=(WARNING, "PBS's queue {queue} kills a job {kill_delay:g} s after a qdel's SIGTERM, before the "
+                               "driver's --stop-grace {grace:g} s and Ray's stop end: a qdel'ed driver may lose its "
+                               "checkpoint (the walltime stop gives it the whole grace); lower --stop-grace, or ask "
+                               "the site for a longer kill_delay"),
     netmod_chosen=(INFO, "MPI: the PyPI MPICH wheel's network module set to {netmod} (MPIR_CVAR_CH4_NETMOD; its "
                          "default, UCX, can fail MPI_Init under srun --mpi=pmi2); set it yourself to choose another"),
     launched=(INFO, "started by {launcher} (task {task}), before MPI_Init"),  # + scheduler, mpi_type, netmod

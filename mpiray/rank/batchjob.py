@@ -18,6 +18,7 @@ from mpiray.config import Config
 from mpiray.rank.state import Rank
 
 WALLTIME_TEARDOWN = 30.0  # seconds after the driver's grace: Ray's stop (<= 5 s), the logs, MPI_Finalize
+QDEL_TEARDOWN = 5.0  # after a qdel'ed driver's grace: Ray's stop, before PBS's SIGKILL
 
 
 def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
@@ -38,6 +39,7 @@ def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
     me.log.event("batch_job", scheduler="pbs", job_id=facts.job_id, select=facts.select, cpus=facts.cpus,
                  hosts=list(facts.hosts), walltime=facts.walltime, started=facts.started, ends_at=facts.ends_at,
                  run_count=facts.run_count)
+    check_kill_delay(me, facts)
     # A site may give chunks whole nodes by default (default_chunk.ncpus): only a 1-CPU chunk is a mistake.
     if any("ncpus" not in fields for _, fields in pbs.select_chunks(facts.select)) and 1 in facts.cpus.values():
         me.log.event("select_without_ncpus", select=facts.select, cause="select_without_ncpus")
@@ -45,6 +47,21 @@ def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
     if outside:
         me.log.event("ranks_outside_job", ranks=sorted(outside), hosts=sorted(set(outside.values())),
                      job_hosts=list(facts.hosts), cause="ranks_outside_job")
+
+
+def check_kill_delay(me: Rank, facts: pbs.JobFacts) -> None:
+    """One rule for the driver's grace under PBS: the walltime stop gives it all of --stop-grace (mpiray
+    keeps that deadline itself); a qdel gives it only the queue's kill_delay, which mpiray cannot change,
+    so a grace longer than that is said once, at the start, with what it means."""
+    if not facts.queue:
+        return
+    try:
+        delay = pbs.kill_delay(facts.queue)
+    except CommandFailed as error:
+        me.log.event("batch_job_unknown", scheduler="pbs", job_id=facts.job_id, problem=str(error))
+        return
+    if me.config.stop_grace + QDEL_TEARDOWN > delay:
+        me.log.event("qdel_cuts_grace", queue=facts.queue, kill_delay=delay, grace=me.config.stop_grace)
 
 
 def ranks_outside(rank_hosts: dict[int, str], job_hosts: tuple[str, ...]) -> dict[int, str]:

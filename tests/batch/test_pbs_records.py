@@ -32,7 +32,8 @@ import pbs_records as recorded
 from helpers import ROOT
 from pbs import testbed
 
-# Answers what replies.json beside it says for its name, and logs {argv, stdin} to calls.jsonl.
+# Answers what replies.json beside it says for its name and first argument ("qstat -Qf"), else for its
+# name alone, and logs {argv, stdin} to calls.jsonl.
 REPLAY = """#!{python}
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
@@ -41,7 +42,8 @@ stdin = sys.stdin.read() if "-" in sys.argv[1:] else None
 with open(os.path.join(here, "calls.jsonl"), "a") as log:
     log.write(json.dumps({{"argv": [name, *sys.argv[1:]], "stdin": stdin}}) + "\\n")
 with open(os.path.join(here, "replies.json")) as replies:
-    reply = json.load(replies)[name]
+    known = json.load(replies)
+reply = known.get(" ".join([name, *sys.argv[1:2]])) or known[name]
 sys.stdout.write(reply["stdout"])
 sys.stderr.write(reply["stderr"])
 sys.exit(reply["code"])
@@ -62,6 +64,7 @@ class ReplayedPbs:
             self.reply(name)
 
     def reply(self, name: str, stdout: str = "", stderr: str = "", code: int = 0) -> None:
+        """What the command name ("qstat") answers; "qstat -Qf": what it answers when -Qf comes first."""
         self.replies[name] = {"stdout": stdout, "stderr": stderr, "code": code}
         (self.bin_dir / "replies.json").write_text(json.dumps(self.replies))
 
@@ -76,6 +79,7 @@ class ReplayedPbs:
 @pytest.fixture
 def replayed(tmp_path, monkeypatch) -> ReplayedPbs:
     commands = ReplayedPbs(tmp_path / "pbs" / "bin")
+    commands.reply("qstat -Qf", recorded.QUEUE_WORKQ)  # every recorded job ran in workq
     monkeypatch.setenv("PATH", f"{commands.bin_dir}{os.pathsep}{os.environ['PATH']}")
     return commands
 
@@ -113,12 +117,12 @@ def test_two_jobs_at_once_had_the_same_three_hosts():
 # ---- rank 0 asks qstat for its job ------------------------------------------------------------------
 
 
-def rank_zero(tmp_path: Path, job_id: str) -> SimpleNamespace:
+def rank_zero(tmp_path: Path, job_id: str, grace: float = 20) -> SimpleNamespace:
     """What read_batch_job uses of a rank: its environment (a PBS job's), its log (open in a job dir)."""
     log = RankLog(0, recorded.MOMS[0])
     log.open(tmp_path / "logs" / job_id.split(".")[0])
     return SimpleNamespace(env=environment.detect({"PBS_JOBID": job_id, "NCPUS": "2"}), log=log, ends_at=None,
-                           restart=None)
+                           restart=None, config=Config(stop_grace=grace))
 
 
 def events(me: SimpleNamespace) -> list[dict]:
@@ -130,7 +134,7 @@ def test_rank_0_reads_its_jobs_hosts_cpus_and_walltime_from_one_qstat(tmp_path, 
     replayed.reply("qstat", recorded.qstat_json({recorded.RUNNING_ID: recorded.RUNNING}, server="pbs-server"))
     me = rank_zero(tmp_path, recorded.RUNNING_ID)
     read_batch_job(me, dict(enumerate(recorded.MOMS)))
-    assert replayed.argvs() == [["qstat", "-f", "-F", "json", "-x", recorded.RUNNING_ID]]
+    assert replayed.argvs() == [["qstat", "-f", "-F", "json", "-x", recorded.RUNNING_ID], ["qstat", "-Qf", "workq"]]
     started = pbs.stamp(recorded.RUNNING["stime"])
     assert (me.ends_at, me.restart) == (started + 300, None)
     (batch_job,) = [r["fields"] for r in events(me) if r["event"] == "batch_job"]
@@ -299,17 +303,31 @@ def test_a_worker_job_queued_for_hours_stays_queued_unless_a_pending_limit_was_g
 # ---- the queue, the nodes, and the testbed's own reading --------------------------------------------
 
 
-def queue_fields(text: str) -> dict[str, str]:
-    return dict(line.strip().split(" = ", 1) for line in text.splitlines() if " = " in line)
+def test_the_queues_kill_delay_is_read_as_qstat_printed_it(replayed):
+    assert pbs.queue_fields(recorded.QUEUE_WORKQ)["kill_delay"] == "30"
+    assert pbs.kill_delay("workq") == testbed.KILL_DELAY_S == 30  # the testbed's queue is what was recorded
+    replayed.reply("qstat -Qf", "Queue: workq\n    queue_type = Execution\n")  # a queue that sets none
+    assert pbs.kill_delay("workq") == pbs.DEFAULT_KILL_DELAY_S == recorded.PBS_DEFAULT_KILL_DELAY_S
 
 
-def test_the_multi_node_scripts_grace_ends_within_the_queues_kill_delay():
-    # qdel: SIGTERM, and SIGKILL kill_delay later; the driver's grace must end before.
-    kill_delay = int(queue_fields(recorded.QUEUE_WORKQ)["kill_delay"])
-    assert kill_delay == testbed.KILL_DELAY_S  # the testbed's queue is what was recorded
-    script = (ROOT / "jobs" / "pbs_multi_node.sh").read_text()
-    grace = int(re.search(r"MPIRAY_STOP_GRACE=\$\{MPIRAY_STOP_GRACE:-(\d+)\}", script).group(1))
-    assert grace < recorded.PBS_DEFAULT_KILL_DELAY_S < kill_delay
+@pytest.mark.parametrize("grace, warned", [(20, False), (60, True)])
+def test_a_grace_that_a_qdel_would_cut_short_is_said_at_the_start(tmp_path, replayed, grace, warned):
+    """One rule: the walltime stop gives the driver all of --stop-grace; a qdel gives it the queue's kill_delay."""
+    replayed.reply("qstat", recorded.qstat_json({recorded.RUNNING_ID: recorded.RUNNING}, server="pbs-server"))
+    me = rank_zero(tmp_path, recorded.RUNNING_ID, grace=grace)
+    read_batch_job(me)
+    cut = [r["fields"] for r in events(me) if r["event"] == "qdel_cuts_grace"]
+    assert cut == ([{"queue": "workq", "kill_delay": 30.0, "grace": grace}] if warned else [])
+    at, margin = walltime_stop(Config(stop_grace=grace), "pbs", me.ends_at)
+    assert margin == grace + 30  # the walltime stop: the whole grace, then Ray's stop and the logs
+
+
+@pytest.mark.parametrize("script", ["pbs_multi_node.sh", "pbs_elastic.sh", "pbs_polaris.sh"])
+def test_the_pbs_scripts_give_the_trainer_time_to_checkpoint_at_the_walltime(script):
+    """The trainer saves at the end of its current iteration, within MPIRAY_STOP_GRACE - 2 s (train/README)."""
+    text = (ROOT / "jobs" / script).read_text()
+    grace = int(re.search(r"MPIRAY_STOP_GRACE=\$\{MPIRAY_STOP_GRACE:-(\d+)\}", text).group(1))
+    assert grace >= 60
 
 
 def test_the_testbed_reads_pbsnodes_and_qstat_as_pbs_printed_them(tmp_path, replayed, monkeypatch):

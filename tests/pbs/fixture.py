@@ -71,8 +71,10 @@ class PbsJobs:
 
     def variables(self, driver: list[str] | None = None, **extra: str) -> dict[str, str]:
         """qsub -v for the scripts in jobs/: this checkout, this Python's environment, the driver."""
+        # MPIRAY_STOP_GRACE 8: the grace the PBS tier ran with on a real OpenPBS (2026-11-25), inside the testbed
+        # queue's kill_delay 30; the scripts' own default is 60 (the walltime stop gets it all).
         variables = {"MPIRAY_DIR": str(ROOT), "ENV_SETUP": f"source {shlex.quote(str(Path(PYTHON).parent / 'activate'))}",
-                     **extra}
+                     "MPIRAY_STOP_GRACE": "8", **extra}
         if driver is not None:
             variables["MPIRAY_DRIVER"] = shlex.join(driver)
         return variables
