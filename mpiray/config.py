@@ -42,4 +42,5 @@ class Config:
     worker_job: Path | None = None  # the worker jobs' template: #SBATCH/#PBS lines and shell lines
     worker_cpus: int | None = None  # CPUs of a worker job's node (default: the head's)
     worker_gpus: int | None = None  # GPUs of a worker job's node (default: 0)
+    learner_slots: int | None = None  # mpiray_learner_slot per Ray node (default: its GPUs, else 1)
     worker_pending_limit: float | None = None  # seconds a worker job may be queued (default: as long as Ray wants it)

@@ -288,6 +288,9 @@ OPTIONS = (
            _count, shown_default="as --num-cpus"),
     Option("resources", None, "custom Ray resources each node of this job offers, as JSON, e.g. '{\"accel\": 2}'",
            _resources, shown_default="none"),
+    Option("learner_slots", None, "RLlib learners each Ray node of this job may hold: the custom resource "
+           "mpiray_learner_slot, of which the trainer's learners take one each, so they spread over the nodes; "
+           "0: no learner here (a hetjob's CPU component)", _count, shown_default="the node's GPUs, else 1"),
     Option("object_store_memory", None, "object store size of each Ray node, at least 75M, e.g. 2G",
            _object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
     Option("stop_grace", 30.0, "seconds the driver gets between SIGTERM and SIGKILL to checkpoint (exported to it "

@@ -41,6 +41,17 @@ def interface_addresses() -> dict[str, str]:
     return found
 
 
+def interface_holding(address: str) -> str | None:
+    """The name of the (up) interface that holds the IPv4 address, or None."""
+    stats = psutil.net_if_stats()
+    for name, addrs in psutil.net_if_addrs().items():
+        if name in stats and not stats[name].isup:
+            continue
+        if any(addr.family == socket.AF_INET and addr.address == address for addr in addrs):
+            return name
+    return None
+
+
 def address_of_interface(name: str) -> str:
     addresses = interface_addresses()
     if name not in addresses:

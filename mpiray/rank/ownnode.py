@@ -52,8 +52,9 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
         if me.node.swept:
             me.log.event("stale_dirs_removed", count=len(me.node.swept), paths=[str(p) for p in me.node.swept])
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
-    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}", config.resources or "",
-                             autoscaling_config)
+    slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
+    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
+                             commands.node_resources(config.resources, slots), autoscaling_config)
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
@@ -76,6 +77,7 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
         dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
         private_tmp=str(me.node.private.path),
     )
+    env.update(commands.collective_env(env, network.interface_holding(node_ip), config.interface))
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
@@ -151,14 +153,14 @@ def write_manifest(me: Rank) -> None:
     node = me.node
     import hashlib  # ~10 ms of import (OpenSSL): off every rank's start-up path, only here, after it
 
-    interfaces = {address: name for name, address in network.interface_addresses().items()}
     listening = processes.listening_ports(node.pids())
     token = hashlib.sha256(me.session.token.encode()).hexdigest()[:16] if me.session.token else "none (--no-auth)"
     spec = node.spec
     started = me.session.started
     me.log.event(
         "node_manifest",
-        ip=spec.node_ip, interface=interfaces.get(spec.node_ip, "?"), node_name=spec.node_name,
+        ip=spec.node_ip, interface=network.interface_holding(spec.node_ip) or "?", node_name=spec.node_name,
+        collectives={name: node.environment[name] for name in commands.COLLECTIVE_VARIABLES if name in node.environment},
         listening=listening, planned_ports=vars(spec.ports), temp_dir=spec.temp_dir,
         session_logs=str(node.kept_logs), output=str(node.output_path),
         ray=ray_version(), python=sys.version.split()[0], mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -172,6 +173,38 @@ def node_env(
     env.pop("RAY_AUTH_TOKEN", None)  # the token file is the only source
     env.pop("RAY_ADDRESS", None)
     return env
+
+
+# The custom resource that says how many RLlib learners a node may hold: the trainer's learners take one each
+# (custom_resources_per_learner), so N learners land on N slots, spread over the nodes that offer them.
+LEARNER_SLOT = "mpiray_learner_slot"
+
+
+def node_resources(user_resources: str | None, learner_slots: int) -> str:
+    """--resources for a node: the user's custom resources (JSON) and its learner slots (theirs kept, if named)."""
+    resources = json.loads(user_resources or "{}")
+    resources.setdefault(LEARNER_SLOT, learner_slots)
+    return json.dumps(resources, sort_keys=True)
+
+
+# The collectives' network (torch.distributed: RLlib's learners, Ray Train). Unset, gloo binds whatever the
+# hostname resolves to (often 127.0.x.x: a group across hosts then fails "connectFullMesh ... Connection
+# refused"; on real sites the management ethernet, not ib0/hsn0); NCCL prefers ib*, then anything but lo.
+# Ray sets neither; a value in a node's `ray start` environment reaches every worker (learner) of the node.
+COLLECTIVE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def collective_env(environ: dict[str, str], node_interface: str | None, chosen: str | None) -> dict[str, str]:
+    """What a node's `ray start` environment adds for its learners' collectives: GLOO_SOCKET_IFNAME = the
+    interface that holds the address the node advertises (its own name on each host), and with --interface
+    (chosen) NCCL_SOCKET_IFNAME = that interface; never a variable the user set (a site's module sets NCCL's,
+    and an environment variable overrides /etc/nccl.conf). Nothing else of NCCL or libfabric is touched."""
+    found = {}
+    if node_interface and not environ.get("GLOO_SOCKET_IFNAME"):
+        found["GLOO_SOCKET_IFNAME"] = node_interface
+    if chosen and not environ.get("NCCL_SOCKET_IFNAME"):
+        found["NCCL_SOCKET_IFNAME"] = chosen
+    return found
 
 
 def socket_path_problem(ray_dir: str, temp_root: str) -> str | None:

@@ -83,6 +83,11 @@ class RayNode:
         return node
 
     @property
+    def environment(self) -> dict[str, str]:
+        """The environment its `ray start` was given ({} before start())."""
+        return dict(getattr(self, "_env", {}))
+
+    @property
     def ray_dir(self) -> Path:
         return self.private.ray_dir
 

@@ -1,5 +1,6 @@
 """`ray start` command lines as lists (mpiray/raynode/commands.py), the environment they get, the socket-path check."""
 
+import json
 import re
 from pathlib import Path
 
@@ -161,3 +162,17 @@ def test_every_port_of_the_head_is_its_own_and_in_the_block(full_agent, ray_clie
     assert len(set(single)) == len(single) and not set(single) & set(workers)
     block = range(PORTS.node_manager - 1, PORTS.max_worker + 1)
     assert all(port in block for port in single + list(workers))
+
+
+def test_each_nodes_learners_are_told_the_interface_of_its_own_address_unless_the_user_chose():
+    assert commands.collective_env({}, "eth0", None) == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert commands.collective_env({}, "ib0", "ib0") == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+    # What the user (or a site's module) set stays, for gloo and NCCL alike: an env var overrides /etc/nccl.conf.
+    assert commands.collective_env({"GLOO_SOCKET_IFNAME": "hsn0", "NCCL_SOCKET_IFNAME": "=hsn0"}, "eth0", "hsn0") == {}
+    assert commands.collective_env({}, None, None) == {}  # an address no interface holds (a NAT): nothing guessed
+
+
+def test_every_node_offers_learner_slots_beside_the_users_own_resources():
+    assert json.loads(commands.node_resources(None, 1)) == {"mpiray_learner_slot": 1}
+    assert json.loads(commands.node_resources('{"accel": 2}', 4)) == {"accel": 2, "mpiray_learner_slot": 4}
+    assert json.loads(commands.node_resources('{"mpiray_learner_slot": 0}', 4)) == {"mpiray_learner_slot": 0}

@@ -167,6 +167,9 @@ def _manifests(manifests: dict, limit: int) -> list[str]:
         out.append(f"  rank {rank}: {m.get('ip')} ({m.get('interface')}), Ray {m.get('ray')}, Python {m.get('python')}, "
                    f"mpi4py {m.get('mpi4py')}, token {m.get('token')}")
         out.append(f"    listening: {ports or 'none seen'}")
+        collectives = ", ".join(f"{name}={value}" for name, value in m.get("collectives", {}).items())
+        if collectives:
+            out.append(f"    collectives' network: {collectives}")
         phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in m.get("phases", {}).items())
         out.append(f"    {m.get('cpus')} CPUs, GPUs {m.get('gpus')}, start-up (s after rank 0 began): {phases}")
     if len(manifests) > limit:
