@@ -71,7 +71,7 @@ def test_slurm_says_when_a_job_is_a_restart():
     assert storage.restart_of({"PBS_JOBID": "77.server"}) is None  # PBS keeps its id on qrerun, says no count
 
 
-def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
+def test_the_algorithm_goes_to_the_head_and_its_learners_take_learner_slots_anywhere():
     from train import cluster, config
 
     def bundles(algorithm_config):
@@ -80,7 +80,7 @@ def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
     ppo = config.default_algorithm_config("PPO").env_runners(num_env_runners=3)
     three_nodes = cluster.ClusterInfo(None, 3, 6.0, 0.0, head_cpus=2.0, head_gpus=0.0)
     assert cluster.head_problem(ppo, three_nodes) is None
-    config.pin_to_head(ppo)
+    assert config.pin_to_head(ppo)
     placed = bundles(ppo)
     assert placed[0] == {"CPU": 1, cluster.HEAD_RESOURCE: 0.001}  # the algorithm with its local learner
     assert all(cluster.HEAD_RESOURCE not in bundle for bundle in placed[1:])  # env runners anywhere
@@ -88,18 +88,17 @@ def test_the_algorithm_and_its_learners_go_to_the_head_when_it_can_hold_them():
     # A head without CPUs for it (--head-cpus 0): nothing is pinned, the caller says what that risks.
     no_head_cpus = cluster.ClusterInfo(None, 3, 4.0, 0.0, head_cpus=0.0, head_gpus=0.0)
     problem = cluster.head_problem(config.default_algorithm_config("PPO"), no_head_cpus)
-    assert problem == "the head node has 0 CPUs and 0 GPUs, the algorithm and its learners need 1 and 0"
+    assert problem == "the head node has 0 CPUs and 0 GPUs, the algorithm's main process needs 1 and 0"
 
-    # Two GPU learners: on the head with them, or on any node when the head has no GPUs.
+    # Two GPU learners: the main process on the head, each learner a learner slot on any node, with what the
+    # user asked of them kept (RLlib replaces the whole dict: mpiray merges).
     two_learners = config.default_algorithm_config("PPO").env_runners(num_env_runners=2).learners(
-        num_learners=2, num_gpus_per_learner=1)
-    gpu_head = cluster.ClusterInfo(None, 2, 8.0, 2.0, head_cpus=4.0, head_gpus=2.0)
-    assert cluster.head_problem(two_learners, gpu_head) is None
-    config.pin_to_head(two_learners)
-    assert [cluster.HEAD_RESOURCE in bundle for bundle in bundles(two_learners)] == [True, False, False, True, True]
-    cpu_head = cluster.ClusterInfo(None, 2, 8.0, 2.0, head_cpus=4.0, head_gpus=0.0)
-    assert "need 1 and 2" in cluster.head_problem(config.default_algorithm_config("PPO").learners(
-        num_learners=2, num_gpus_per_learner=1), cpu_head)
+        num_learners=2, num_gpus_per_learner=1, custom_resources_per_learner={"accel": 1})
+    assert config.pin_to_head(two_learners) and config.spread_learners(two_learners)
+    placed = bundles(two_learners)
+    assert [cluster.HEAD_RESOURCE in bundle for bundle in placed] == [True, False, False, False, False]
+    assert placed[-2:] == [{"GPU": 1, "accel": 1, cluster.LEARNER_SLOT: 1}] * 2
+    assert not config.spread_learners(config.default_algorithm_config("PPO"))  # no remote learner: nothing to spread
 
 
 def options(*argv: str):

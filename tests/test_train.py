@@ -105,13 +105,40 @@ def test_discrete_observations_get_flattened_box_ones_do_not():
 
 def test_nested_checkpoint_score_is_copied_to_the_top_level():
     algorithm_config = algorithm_config_for([])
-    copy_hook = algorithm_config.callbacks_on_train_result
+    (copy_hook,) = [hook for hook in algorithm_config.callbacks_on_train_result if isinstance(hook, config.ScoreMetricCopy)]
     result = {"env_runners": {"episode_return_mean": 12.5}}
     copy_hook(result=result, algorithm=None, metrics_logger=None)
     assert result["env_runners/episode_return_mean"] == 12.5
     empty = {"env_runners": {}}
     copy_hook(result=empty)
     assert math.isnan(empty["env_runners/episode_return_mean"])
+
+
+def test_every_result_says_where_the_learners_run_as_they_said_it_once():
+    from types import SimpleNamespace
+
+    from ray.rllib.utils.actor_manager import RemoteCallResults, ResultOrError
+
+    (hook,) = [hook for hook in algorithm_config_for([]).callbacks_on_train_result if isinstance(hook, config.LearnerPlaces)]
+    asked = []
+
+    def foreach_learner(func):
+        asked.append(func)
+        answers = RemoteCallResults()
+        for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1"):
+            answers.add_result(None, ResultOrError(result=address), None)
+        return answers
+
+    algorithm = SimpleNamespace(learner_group=SimpleNamespace(is_local=False, foreach_learner=foreach_learner))
+    first, second = {}, {}
+    hook(algorithm=algorithm, result=first)
+    hook(algorithm=algorithm, result=second)
+    assert first[config.LEARNERS_KEY] == second[config.LEARNERS_KEY] == "10.0.0.1,10.0.0.2,10.0.0.1"
+    assert len(asked) == 1  # the learners are asked once
+    from train.progress import format_learners
+
+    assert format_learners(first[config.LEARNERS_KEY].split(",")) == \
+        "learners: 3 on 2 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.1"
 
 
 def test_tunes_checkpoint_manager_keeps_the_best_score_thanks_to_the_copy(tmp_path):
@@ -204,6 +231,8 @@ def test_stop_grace_follows_the_launcher(environ, expected):
         (["--framework", "tf2"], r"supports only torch"),
         (["--algo-config", '{"num_epoch": 3}'], r"unknown AlgorithmConfig key.*num_epochs"),
         (["--num-samples", "4", "--seed", "7"], r"4 identical trials: leave --seed out"),
+        (["--num-gpus", "2", "--num-learners", "2"], r"either --num-gpus \(a shorthand\) or --num-learners"),
+        (["--num-gpus-per-learner", "2"], r"without --num-learners: the local learner uses at most 1 GPU"),
     ],
 )
 def test_bad_setups_fail_before_starting_ray(argv, message, tmp_path, capsys):
@@ -211,6 +240,30 @@ def test_bad_setups_fail_before_starting_ray(argv, message, tmp_path, capsys):
     assert cli.main([*argv, "--storage-path", str(tmp_path)]) == cli.EXIT_USAGE
     assert re.search(message, capsys.readouterr().err, re.DOTALL)
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("flag, value", [("--num-learners", "-1"), ("--num-learners", "1.5"),
+                                         ("--num-cpus-per-learner", "0"), ("--num-gpus-per-learner", "-1")])
+def test_learner_counts_are_whole_and_amounts_not_negative(flag, value, capsys):
+    assert cli.main([flag, value]) == cli.EXIT_USAGE
+    assert flag in capsys.readouterr().err
+
+
+def test_learners_map_onto_rllib_and_more_than_the_nodes_can_hold_is_refused_with_what_fits(monkeypatch):
+    options = parse_train(["--num-learners", "3", "--num-cpus-per-learner", "2"])
+    assert config.learners_of(options) == {"num_learners": 3, "num_gpus_per_learner": 0.0, "num_cpus_per_learner": 2.0}
+    node = {"CPU": 2.0, "GPU": 0.0, cluster.LEARNER_SLOT: 1.0}
+    three = cluster.ClusterInfo(None, 3, 6.0, 0.0, nodes=(node,) * 3)
+    learners = config.default_algorithm_config("PPO").learners(num_learners=4)
+    with pytest.raises(cluster.ResourceError, match="4 learners, but the cluster's nodes can hold 3: they offer 3 "
+                                                    "learner slots.*--num-learners 3 or fewer"):
+        cluster.check_learners(learners, three, spread=True)
+    cluster.check_learners(config.default_algorithm_config("PPO").learners(num_learners=3), three, spread=True)
+    # Ray 2.52's RLlib: one bundle for all learners, which must then fit one node.
+    monkeypatch.setattr(cluster, "learner_bundles", lambda algorithm_config: [{"CPU": 3.0, "GPU": 0.0}])
+    with pytest.raises(cluster.ResourceError, match="3 learners need 3 CPUs and 0 GPUs on one node: .* places all "
+                                                    "learners in one bundle.*the largest: 2 CPUs"):
+        cluster.check_learners(config.default_algorithm_config("PPO").learners(num_learners=3), three, spread=False)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])

@@ -127,7 +127,16 @@ def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--num-envs-per-env-runner", type=int, default=1,
                            help="vectorized envs per env runner (default: %(default)s)")
     resources.add_argument("--num-gpus", type=float, default=0.0,
-                           help="GPUs for learning: up to 1 on the local learner, N>1 as N learners (default: 0)")
+                           help="GPUs for learning: up to 1 on the local learner, N>1 as N learners of 1 GPU each "
+                                "(default: 0); shorthand for --num-learners N --num-gpus-per-learner 1")
+    resources.add_argument("--num-learners", type=non_negative_int, default=None,
+                           help="remote learners, spread over the cluster's nodes (one per learner slot: each of "
+                                "mpiray's nodes offers one, or one per GPU); they train together (torch DDP: gloo "
+                                "on CPUs, NCCL on GPUs); 0: one local learner in the algorithm's process (default)")
+    resources.add_argument("--num-cpus-per-learner", type=positive_float, default=None,
+                           help="CPUs of each learner (default: 1 for a CPU learner, 0 beside a GPU)")
+    resources.add_argument("--num-gpus-per-learner", type=non_negative_float, default=None,
+                           help="GPUs of each learner (default: 0)")
     resources.add_argument("--num-cpus", type=int, default=None,
                            help="legacy: CPUs of the local Ray started when RAY_ADDRESS is unset; "
                                 "ignored on the launcher's cluster")
@@ -234,6 +243,43 @@ def int_tuple(text: str) -> tuple[int, ...]:
 def str_tuple(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated strings."""
     return tuple(part.strip() for part in text.split(","))
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from error
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0."""
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a number of at least 0."""
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -14,6 +14,7 @@ from mpiray.raynode import raycompat
 from mpiray.raynode.private import PrivateDir
 
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
+LEARNER_SLOT = "mpiray_learner_slot"  # mpiray/raynode/commands.py: a learner per slot, declared on every node
 
 
 class ResourceError(ValueError):
@@ -30,6 +31,12 @@ class ClusterInfo:
     total_gpus: float
     head_cpus: float = 0.0  # what the head node (rank 0's, under the launcher) offers
     head_gpus: float = 0.0
+    # What each alive node offers: CPU, GPU and mpiray's learner slots (none on a Ray mpiray did not start).
+    nodes: tuple[Mapping[str, float], ...] = ()
+
+    @property
+    def learner_slots(self) -> float:
+        return sum(node.get(LEARNER_SLOT, 0) for node in self.nodes)
 
 
 @contextlib.contextmanager
@@ -91,6 +98,8 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
         total_gpus=float(environ.get("MPIRAY_TOTAL_GPUS") or resources.get("GPU", 0)),
         head_cpus=float(head.get("CPU", 0)),
         head_gpus=float(head.get("GPU", 0)),
+        nodes=tuple({name: float(node.get("Resources", {}).get(name, 0)) for name in ("CPU", "GPU", LEARNER_SLOT)}
+                    for node in alive_nodes),
     )
 
 
@@ -119,16 +128,65 @@ def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str
 
 
 def head_problem(algorithm_config, cluster: ClusterInfo) -> Optional[str]:
-    """Why the head node cannot hold the algorithm and its learners (None: it can)."""
-    bundles = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles
-    on_head = bundles[:1] + (bundles[-algorithm_config.num_learners:] if algorithm_config.num_learners else [])
-    cpus, gpus = sum(b.get("CPU", 0) for b in on_head), sum(b.get("GPU", 0) for b in on_head)
+    """Why the head node cannot hold the algorithm's main process (with its local learner) (None: it can)."""
+    main = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles[0]
+    cpus, gpus = main.get("CPU", 0), main.get("GPU", 0)
     if cpus <= cluster.head_cpus and gpus <= cluster.head_gpus:
         return None
     return (
-        f"the head node has {cluster.head_cpus:g} CPUs and {cluster.head_gpus:g} GPUs, the algorithm and its "
-        f"learners need {cpus:g} and {gpus:g}"
+        f"the head node has {cluster.head_cpus:g} CPUs and {cluster.head_gpus:g} GPUs, the algorithm's main process "
+        f"needs {cpus:g} and {gpus:g}"
     )
+
+
+def learner_bundles(algorithm_config) -> list[Mapping[str, float]]:
+    """The placement group bundles this Ray's RLlib asks for the remote learners: one per learner (2.60), or
+    one for all of them (2.52: they must then share a node)."""
+    if algorithm_config.num_learners == 0:
+        return []
+    from ray.rllib.algorithms.utils import _get_learner_bundles
+
+    return list(_get_learner_bundles(algorithm_config))
+
+
+def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool) -> None:
+    """Fail fast when the learners could never be placed (Tune would show the trial pending forever).
+
+    spread: each learner takes a learner slot (spread_learners)."""
+    learners = algorithm_config.num_learners
+    if learners == 0:
+        return
+    bundles = learner_bundles(algorithm_config)
+    if len(bundles) == 1 and learners > 1:  # one bundle for all: they share one node
+        need = bundles[0]
+        if not any(node["CPU"] >= need.get("CPU", 0) and node["GPU"] >= need.get("GPU", 0) for node in cluster.nodes):
+            raise ResourceError(
+                f"{learners} learners need {need.get('CPU', 0):g} CPUs and {need.get('GPU', 0):g} GPUs on one node: "
+                f"this Ray's RLlib ({raycompat.ray_version()}) places all learners in one bundle, and no node has "
+                f"that much (the largest: {_largest(cluster)}). Give fewer learners, or use Ray 2.60, whose "
+                "learners spread over the nodes")
+        return
+    if not spread:
+        return
+    fits = sum(min(node.get(LEARNER_SLOT, 0), _per_node(node, bundles[0])) for node in cluster.nodes)
+    if learners > fits:
+        slots = cluster.learner_slots
+        raise ResourceError(
+            f"{learners} learners, but the cluster's nodes can hold {fits:g}: they offer {slots:g} learner slots "
+            f"(mpiray_learner_slot: each node 1, or one per GPU; --learner-slots), and each learner needs "
+            f"{bundles[0].get('CPU', 0):g} CPUs and {bundles[0].get('GPU', 0):g} GPUs on its node. Give "
+            f"--num-learners {int(fits)} or fewer, or run on more nodes")
+
+
+def _per_node(node: Mapping[str, float], bundle: Mapping[str, float]) -> float:
+    """How many such bundles one node's CPUs and GPUs hold."""
+    counts = [node.get(name, 0) // amount for name, amount in bundle.items() if name in ("CPU", "GPU") and amount > 0]
+    return min(counts) if counts else float("inf")
+
+
+def _largest(cluster: ClusterInfo) -> str:
+    node = max(cluster.nodes, key=lambda n: (n["GPU"], n["CPU"]), default={"CPU": 0, "GPU": 0})
+    return f"{node['CPU']:g} CPUs and {node['GPU']:g} GPUs"
 
 
 def default_num_env_runners(total_cpus: float, reserved_cpus: float) -> int:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
 from typing import Any, Mapping
 
 import gymnasium as gym
 
+from mpiray.raynode.commands import LEARNER_SLOT
 from train.cluster import HEAD_RESOURCE
 from train.envs import EnvChoice
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
@@ -50,6 +52,29 @@ class ScoreMetricCopy:
         result[self.metric] = lookup_metric(result, self.metric)
 
 
+LEARNERS_KEY = "mpiray_learners"  # a result's learners: their nodes' addresses, comma separated
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerPlaces:
+    """RLlib on_train_result hook: where the learners run, asked of the learners themselves (once), into
+    every result as LEARNERS_KEY; the driver says it once per trial (train/progress.py)."""
+
+    def __call__(self, *, algorithm, result: dict, **kwargs) -> None:
+        places = getattr(algorithm, "_mpiray_learner_places", None)
+        if places is None:
+            import ray
+
+            group = algorithm.learner_group
+            if group is None or group.is_local:  # the local learner: in the algorithm's own process
+                places = [ray.util.get_node_ip_address()]
+            else:
+                answers = group.foreach_learner(lambda learner: ray.util.get_node_ip_address())
+                places = [answer.get() for answer in answers if answer.ok]
+            algorithm._mpiray_learner_places = places
+        result[LEARNERS_KEY] = ",".join(places)
+
+
 def algorithm_names() -> list[str]:
     """Names --run accepts (RLlib's algorithm registry)."""
     from ray.rllib.algorithms.registry import ALGORITHMS
@@ -84,7 +109,7 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
             f"--framework {options.framework!r}: RLlib's new API stack supports only "
             f"{', '.join(FRAMEWORKS)} (tf/tf2 were removed)."
         )
-    learners = learner_settings(options.num_gpus)
+    learners = learners_of(options)
     config = (
         default_algorithm_config(resolve_algorithm(options.run))
         .framework(options.framework)
@@ -104,8 +129,10 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
     )
     if needs_flattening(env.observation_space):
         config.env_runners(env_to_module_connector=flatten_observations)
+    on_train_result: list = [LearnerPlaces()]
     if options.checkpoint_score and "/" in options.checkpoint_score:
-        config.callbacks(on_train_result=ScoreMetricCopy(options.checkpoint_score))
+        on_train_result.append(ScoreMetricCopy(options.checkpoint_score))
+    config.callbacks(on_train_result=on_train_result)
     if options.seed is not None:
         if options.num_samples > 1:
             raise OptionError(f"--seed with --num-samples {options.num_samples} would train {options.num_samples} "
@@ -115,13 +142,52 @@ def build_algorithm_config(options: TrainOptions, env: EnvChoice, num_env_runner
     return _apply_algo_config(config, options.algo_config)
 
 
-def pin_to_head(algorithm_config) -> None:
-    """Place the algorithm (the Tune trainable with its local learner) and any remote learners on the
-    head node, which is already the cluster's single point of failure (its GCS): then losing any
-    other node costs env runners only, which RLlib restarts."""
-    algorithm_config.resources(custom_resources_for_main_process=dict(HEAD_NODE))
-    if algorithm_config.num_learners > 0:
-        algorithm_config.learners(custom_resources_per_learner=dict(HEAD_NODE))
+def takes(algorithm_config, method: str, keyword: str) -> bool:
+    """Whether this Ray's AlgorithmConfig.method takes keyword (2.52's lacks custom_resources_per_learner and
+    custom_resources_for_main_process: a TypeError there)."""
+    return keyword in inspect.signature(getattr(algorithm_config, method)).parameters
+
+
+def pin_to_head(algorithm_config) -> bool:
+    """Place the algorithm's main process (the Tune trainable, with its local learner if it has no remote
+    ones) on the head node, which is already the cluster's single point of failure (its GCS): then losing
+    another node costs env runners only, which RLlib restarts, or a remote learner (see spread_learners).
+    Merged into what the config already asks; False where this Ray cannot say it."""
+    if not takes(algorithm_config, "resources", "custom_resources_for_main_process"):
+        return False
+    asked = dict(getattr(algorithm_config, "custom_resources_for_main_process", None) or {})
+    algorithm_config.resources(custom_resources_for_main_process={**asked, **HEAD_NODE})
+    return True
+
+
+def spread_learners(algorithm_config) -> bool:
+    """Each remote learner takes one of mpiray's learner slots, so that N learners land on N slots: one per
+    node (or per GPU) over the whole cluster, never all on the head. Merged into what the config already asks
+    (RLlib replaces the whole dict); False where this Ray cannot say it, or there is no remote learner."""
+    if algorithm_config.num_learners == 0 or not takes(algorithm_config, "learners", "custom_resources_per_learner"):
+        return False
+    asked = dict(getattr(algorithm_config, "custom_resources_per_learner", None) or {})
+    asked.setdefault(LEARNER_SLOT, 1)
+    algorithm_config.learners(custom_resources_per_learner=asked)
+    return True
+
+
+def learners_of(options: TrainOptions) -> dict[str, Any]:
+    """--num-learners, --num-cpus-per-learner, --num-gpus-per-learner; else --num-gpus as their shorthand."""
+    explicit = options.num_learners is not None or options.num_gpus_per_learner is not None
+    if explicit and options.num_gpus:
+        raise OptionError("give either --num-gpus (a shorthand) or --num-learners / --num-gpus-per-learner, not both")
+    if explicit:
+        learners, gpus = options.num_learners or 0, options.num_gpus_per_learner or 0.0
+        if learners == 0 and gpus > 1:
+            raise OptionError(f"--num-gpus-per-learner {gpus:g} without --num-learners: the local learner uses "
+                              "at most 1 GPU; give --num-learners N for N learners")
+        settings: dict[str, Any] = {"num_learners": learners, "num_gpus_per_learner": gpus}
+    else:
+        settings = learner_settings(options.num_gpus)
+    if options.num_cpus_per_learner is not None:
+        settings["num_cpus_per_learner"] = options.num_cpus_per_learner
+    return settings
 
 
 def learner_settings(num_gpus: float) -> dict[str, Any]:

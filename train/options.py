@@ -28,6 +28,9 @@ class TrainOptions:
     num_samples: int = 1
     num_envs_per_env_runner: int = 1
     num_gpus: float = 0.0
+    num_learners: Optional[int] = None
+    num_cpus_per_learner: Optional[float] = None
+    num_gpus_per_learner: Optional[float] = None
     framework: str = "torch"
     lr: Optional[float] = None
     train_batch_size: Optional[int] = None

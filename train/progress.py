@@ -7,18 +7,26 @@ from collections import Counter
 
 from ray.tune import Callback
 
-from train.config import lookup_metric
+from train import events
+from train.config import LEARNERS_KEY, lookup_metric
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC
 
 # Checkpoints saved in this process, by trial id: said once at the end instead of Tune's line for each.
 # Tune pickles callbacks into tuner.pkl and back on --resume, so the callback keeps no state of its own.
 CHECKPOINTS_SAVED: Counter = Counter()
+LEARNERS_SAID: set = set()  # trials whose learners' places were said
 
 
 class ProgressLine(Callback):
     """Print iteration, env steps, mean/min/max return and wall time for every result; count checkpoints."""
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get(LEARNERS_KEY) and trial.trial_id not in LEARNERS_SAID:
+            LEARNERS_SAID.add(trial.trial_id)
+            addresses = result[LEARNERS_KEY].split(",")
+            print(f"[train] {format_learners(addresses)}", file=sys.stderr, flush=True)
+            events.event("learners_placed", trial=trial.trial_id, count=len(addresses), nodes=len(set(addresses)),
+                         addresses=", ".join(addresses))
         print(format_progress(trial.trial_id, result), file=sys.stderr, flush=True)
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
@@ -39,6 +47,11 @@ def format_progress(trial_id: str, result: dict) -> str:
         f"max {lookup_metric(result, 'env_runners/episode_return_max'):.3f}) | "
         f"{result.get('time_total_s', 0.0):.1f} s"
     )
+
+
+def format_learners(addresses: list[str]) -> str:
+    """'learners: 3 on 3 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.3' (each learner's node address, as the learners said)."""
+    return f"learners: {len(addresses)} on {len(set(addresses))} nodes: {', '.join(addresses)}"
 
 
 def format_checkpoints(saved: int, kept: int) -> str:

@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from train import cluster, config, storage
+from train import cluster, config, events, storage
 from train.envs import EnvChoice, inspect_env
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 
 EXIT_OK = 0
 EXIT_TRAINING_FAILED = 1
 EXPERIMENT_STATE_PERIOD_S = 2
+# What Ray says of an actor (a learner) whose node went: ActorDiedError / RayActorError, "node ... died".
+LOST_NODE_SIGNS = ("ActorDiedError", "RayActorError", "ActorUnavailableError", "node", "died")
 
 
 def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> int:
@@ -51,6 +53,8 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
         cluster.check_resources(algorithm_config, ray_cluster)
+        spread = ray_cluster.learner_slots > 0 and config.spread_learners(algorithm_config)
+        cluster.check_learners(algorithm_config, ray_cluster, spread)
         if options.num_samples == 1:  # several trials: each goes where it fits, and its node's loss ends it alone
             _place_algorithm(algorithm_config, ray_cluster)
         if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
@@ -108,7 +112,9 @@ def _place_algorithm(algorithm_config, ray_cluster: cluster.ClusterInfo) -> None
     """The algorithm on the head node when it fits there (losing another node is then survivable)."""
     problem = cluster.head_problem(algorithm_config, ray_cluster)
     if problem is None:
-        config.pin_to_head(algorithm_config)
+        if not config.pin_to_head(algorithm_config) and ray_cluster.num_nodes > 1:
+            _say("note: this Ray's RLlib cannot pin the algorithm to the head node: Tune places it on any node, "
+                 "and losing that node ends the run")
     elif ray_cluster.num_nodes > 1:
         _say(f"note: {problem}, so Tune places them on any node: losing that node ends the run")
 
@@ -173,8 +179,15 @@ def _report(results, options: TrainOptions, stop_request) -> int:
     for result in results:
         _report_trial(result, options)
     if results.errors:
-        for error in results.errors:
-            _say(f"trial failed: {error}")
+        for result in results:
+            if result.error is None:
+                continue
+            _say(f"trial failed: {result.error}")
+            if lost_learner(result.error):
+                _say("a learner's node was lost: RLlib does not restart learners; run the job again (requeue, or "
+                     "the same command) and it continues from the last checkpoint")
+                events.event("learner_node_lost", trial=Path(result.path).name,
+                             error=str(result.error).strip().splitlines()[-1][:300])
         return EXIT_TRAINING_FAILED
     if stop_request.requested and not all(result.metrics.get("done") for result in results):
         saved = "a checkpoint was saved" if stop_request.checkpoint_paths else (
@@ -187,6 +200,13 @@ def _report(results, options: TrainOptions, stop_request) -> int:
         )
         return 128 + stop_request.signal_number
     return EXIT_OK
+
+
+def lost_learner(error: BaseException) -> bool:
+    """Whether a trial failed because a remote learner's actor died with its node (RLlib's learners are
+    started with no restart: the whole trial fails)."""
+    text = f"{type(error).__name__}: {error}"
+    return "Learner" in text and any(sign in text for sign in LOST_NODE_SIGNS)
 
 
 def _report_trial(result, options: TrainOptions) -> None:

@@ -51,6 +51,9 @@ KINDS = _kinds(
                                "driver's --stop-grace {grace:g} s and Ray's stop end: a qdel'ed driver may lose its "
                                "checkpoint (the walltime stop gives it the whole grace); lower --stop-grace, or ask "
                                "the site for a longer kill_delay"),
+    learners_placed=(INFO, "trial {trial}: learners: {count} on {nodes} nodes: {addresses}"),  # the trainer's
+    learner_node_lost=(ERROR, "trial {trial}: a learner's node was lost; RLlib does not restart learners, so the "
+                               "trial failed after its last checkpoint: {error}"),
     netmod_chosen=(INFO, "MPI: the PyPI MPICH wheel's network module set to {netmod} (MPIR_CVAR_CH4_NETMOD; its "
                          "default, UCX, can fail MPI_Init under srun --mpi=pmi2); set it yourself to choose another"),
     launched=(INFO, "started by {launcher} (task {task}), before MPI_Init"),  # + scheduler, mpi_type, netmod

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from mpiray.logs.report import elastic
-from mpiray.logs.report.classify import classify
+from mpiray.logs.report.classify import CAUSES, classify
 from mpiray.logs.report.parse import EPOCH, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
@@ -21,10 +21,11 @@ SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
             ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
             joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
-            autoscaler: list[dict] | None = None) -> dict:
+            autoscaler: list[dict] | None = None, trainer: list[dict] | None = None) -> dict:
     """Every rank's events (rank -> (its human log's path, its records)) -> the job's report: plain data,
     as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it);
-    joins: the jobs that joined this cluster, job id -> their ranks' events; autoscaler: its events.
+    joins: the jobs that joined this cluster, job id -> their ranks' events; autoscaler, trainer: their events
+    (the trainer's: where its learners ran, a learner's node lost).
 
     Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
     when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
@@ -71,6 +72,10 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     exit_code = head.exit_code if head and head.exit_code is not None else (
         next(iter(exit_codes)) if len(exit_codes) == 1 else None)
     causes = classify(ranks, facts, ray_logs or {}, exit_code, head.driver_code if head else None)
+    trainer = trainer or []
+    lost = [record["fields"] for record in trainer if record["event"] == "learner_node_lost"]
+    if lost and exit_code not in (0, None):  # the driver's failure, and what it failed of
+        causes = [learner_cause(lost)] + [c for c in causes if c["cause"] != "driver_failed"]
     return {
         "job_id": job_id,
         "job_dir": job_dir,
@@ -95,6 +100,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         "lost_nodes": sorted(({"rank": rank, "s": rel(time), "reported_by": f.rank, "message": message}
                               for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
         "causes": causes,
+        "learners": [record["fields"] for record in trainer if record["event"] == "learners_placed"],
         "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         "joined_jobs": elastic.joined_jobs(joins, rel),
         "autoscaler": elastic.decisions(autoscaler, rel),
@@ -102,6 +108,12 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
             [records for _, records in logs.values()] + [records for job in joins.values() for _, records in job.values()],
             rel) if joins or autoscaler else [],
     }
+
+
+def learner_cause(lost: list[dict]) -> dict:
+    """The classifier's entry for the trainer's lost learner node(s)."""
+    return {"cause": "learner_node_lost", **vars(CAUSES["learner_node_lost"]), "ranks": [0],
+            "evidence": [f"trial {f.get('trial')}: {str(f.get('error', ''))[:200]}" for f in lost[:3]], "note": ""}
 
 
 def _natural(name: str) -> list:

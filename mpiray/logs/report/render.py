@@ -46,6 +46,9 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
         walltime = f"walltime {batch['walltime']:g} s" if batch.get("walltime") else "no walltime"
         out.append(f"{batch.get('scheduler')} job {batch.get('job_id')}: select {batch.get('select')}, CPUs {cpus}, "
                    f"{walltime}, run {batch.get('run_count')}")
+    for placed in report.get("learners", []):
+        out.append(f"trial {placed.get('trial')}: learners: {placed.get('count')} on {placed.get('nodes')} nodes: "
+                   f"{placed.get('addresses')}")
     out.append("")
     rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
     for e in report["cluster"]:
