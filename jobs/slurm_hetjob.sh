@@ -42,7 +42,9 @@ ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 allocated_gpus=${SLURM_GPUS_PER_NODE_HET_GROUP_0:-0}
 LEARNER_GPUS=${LEARNER_GPUS:-${allocated_gpus##*:}}
 # What rank 0 runs once every node has joined (shell-style quoting works). The trainer's
-# --num-gpus asks Ray for the learner's GPUs, and only the learner node's Ray node has any.
+# --num-gpus N asks for N learners of one GPU each: only the learner node's Ray node has GPUs and
+# learner slots (one per GPU; the rollout nodes offer none: --learner-slots 0), so they all land
+# there, and the env runners on the rollout nodes.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus $LEARNER_GPUS --stop-timesteps 1000000"}
 # Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
 # processes then get at most 5 s more). Keep it well below the 120 s notice above.
@@ -58,7 +60,8 @@ echo "job $SLURM_JOB_ID: learner $SLURM_JOB_NODELIST_HET_GROUP_0 ($LEARNER_GPUS 
 
 # One srun step over both components: `srun --het-group=0,1 CMD` would run the same command
 # line on both; here each component gets its own (after ':'): the learner node's Ray node offers
-# its GPUs, the rollout nodes' none, and each offers its component's CPUs. (--num-cpus because
+# its GPUs (and a learner slot for each), the rollout nodes' neither, and each offers its
+# component's CPUs. (--num-cpus because
 # Slurm 22.05 hands every task of a hetjob step the same SLURM_CPUS_PER_TASK; --cpus-per-task
 # because srun no longer inherits it from sbatch.) --mpi=pmi2 makes one MPI world of all ranks,
 # component 0's first.
@@ -78,7 +81,7 @@ srun --mpi=pmi2 \
      --het-group=0 --kill-on-bad-exit=1 --cpus-per-task="$learner_cpus" \
          "${launcher[@]}" --num-cpus "$learner_cpus" --num-gpus "$LEARNER_GPUS" : \
      --het-group=1 --kill-on-bad-exit=1 --cpus-per-task="$rollout_cpus" \
-         "${launcher[@]}" --num-cpus "$rollout_cpus" --num-gpus 0 || code=$?
+         "${launcher[@]}" --num-cpus "$rollout_cpus" --num-gpus 0 --learner-slots 0 || code=$?
 
 echo "job $SLURM_JOB_ID: exit code $code; per-rank logs in $SLURM_SUBMIT_DIR/logs/$SLURM_JOB_ID/"
 exit "$code"  # the job's ExitCode in sacct: the driver's

@@ -395,7 +395,8 @@ def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, job
     learner = seen["driver_host"]  # rank 0 runs in component 0, the learner's
     resources = {node["host"]: node["resources"] for node in seen["nodes"]}
     assert sorted(resources) == slurm_testbed.node_names
-    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 1.0}
+    # The learner slots too: one for the learner node's GPU, none on the rollout nodes (--learner-slots 0).
+    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 1.0, "mpiray_learner_slot": 1.0}
     assert list(resources.values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
     assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] == "0"
     assert sorted(task["ip"] for task in seen["pinned"]) == slurm_testbed.node_ips

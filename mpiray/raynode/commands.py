@@ -183,7 +183,8 @@ LEARNER_SLOT = "mpiray_learner_slot"
 def node_resources(user_resources: str | None, learner_slots: int) -> str:
     """--resources for a node: the user's custom resources (JSON) and its learner slots (theirs kept, if named)."""
     resources = json.loads(user_resources or "{}")
-    resources.setdefault(LEARNER_SLOT, learner_slots)
+    if learner_slots:  # none: no learner lands here (Ray lists no resource of amount 0)
+        resources.setdefault(LEARNER_SLOT, learner_slots)
     return json.dumps(resources, sort_keys=True)
 
 
