@@ -15,11 +15,12 @@
 #PBS -l filesystems=home:eagle
 #PBS -j oe
 
-# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` ---------------------
+# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` (or qsub -V) -------
+# (`NAME=value qsub ...` alone passes nothing: PBS gives a job little of qsub's environment.)
 # The mpiray checkout (start_ray.py), on a filesystem that every node sees.
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
-# What the environment ENV_SETUP enters must hold: Ray 2.52-2.60 with its dashboard agent and RLlib,
+# What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
 # psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
 # start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
 # with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
