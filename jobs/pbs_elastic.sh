@@ -20,7 +20,7 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
 # psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
 # start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
-# with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
+# with the site's MPI loaded: MPICC=cc pip install --no-cache-dir --no-binary mpi4py "$MPIRAY_DIR[train]" (or
 # `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
 ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
 MIN_NODES=${MIN_NODES:-1}
