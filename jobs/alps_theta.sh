@@ -13,15 +13,15 @@
 #COBALT --attrs filesystems=home,theta-fs0
 #COBALT -O ray-theta
 
-# ---- settings: edit them here, or set them in the environment you run qsub from --------------
+# ---- settings: edit them here (Cobalt's qsub --env NAME=value may pass them: not tried) ---------
 # The mpiray checkout (start_ray.py), on a filesystem the compute nodes see (not /home on some
 # systems: use the project filesystem).
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
-# What the environment ENV_SETUP enters must hold: Ray 2.52-2.60 with its dashboard agent and RLlib,
+# What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
 # psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
 # start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
-# with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
+# with the site's MPI loaded: MPICC=cc pip install --no-cache-dir --no-binary mpi4py "$MPIRAY_DIR[train]" (or
 # `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
 ENV_SETUP=${ENV_SETUP:-"module load conda/2021-09-22 && conda activate ray"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
@@ -30,9 +30,11 @@ export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"
 DEPTH=${DEPTH:-64}
 # The network the Ray nodes talk over: the Aries interface.
 export MPIRAY_INTERFACE=${MPIRAY_INTERFACE:-ipogif0}
-# Cobalt sends no notice before the walltime, so the launcher stops the driver itself after this
-# many seconds (SIGTERM, MPIRAY_STOP_GRACE seconds to save a checkpoint, SIGKILL; the job then
-# ends with code 124): the -t above (minutes) less a few minutes for startup and teardown.
+# Cobalt sends no notice before the walltime, and mpiray reads no walltime from Cobalt, so the
+# launcher stops the driver itself this many seconds after the driver started (once every node is
+# up; SIGTERM, MPIRAY_STOP_GRACE seconds to save a checkpoint, SIGKILL; the job then ends with code
+# 124). The -t above is 3600 s: 3300 leaves 300 s for the start-up (at most --startup-timeout, 120 s),
+# the grace (60 s) and the teardown.
 export MPIRAY_TIME_LIMIT=${MPIRAY_TIME_LIMIT:-3300}
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-60}
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """mpiray as a library: one script, started by the MPI launcher, that calls mpiray.init() at the top.
 
     mpirun -np 4 .venv/bin/python jobs/init_example.py          # a laptop
-    srun -N 3 --mpi=pmi2 python jobs/init_example.py            # inside a Slurm allocation
+    srun -N 3 --ntasks-per-node=1 --cpus-per-task=8 --mpi=pmi2 python jobs/init_example.py   # in an allocation
 
 Rank 0 returns from init() connected to the whole cluster and runs the code below; every other rank
 serves as a Ray node inside init() and exits with rank 0's exit code when this script ends.

@@ -22,7 +22,8 @@
 # -r y: rerunnable. `qrerun` (or a node's failure) starts the job again under the same id, and the
 #   trainer continues its experiment from the last checkpoint.
 
-# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` ---------------------
+# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` (or qsub -V) -------
+# (`NAME=value qsub ...` alone passes nothing: PBS gives a job little of qsub's environment.)
 # The mpiray checkout (start_ray.py, jobs/pbs_tmrsh.sh), on a filesystem that every node sees.
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray, mpi4py and MPI, on every node.

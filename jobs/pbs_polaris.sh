@@ -15,14 +15,15 @@
 #PBS -l filesystems=home:eagle
 #PBS -j oe
 
-# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` ---------------------
+# ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` (or qsub -V) -------
+# (`NAME=value qsub ...` alone passes nothing: PBS gives a job little of qsub's environment.)
 # The mpiray checkout (start_ray.py), on a filesystem that every node sees.
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
-# What the environment ENV_SETUP enters must hold: Ray 2.52-2.60 with its dashboard agent and RLlib,
+# What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
 # psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
 # start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
-# with the site's MPI loaded: MPICC=cc pip install --no-binary mpi4py "$MPIRAY_DIR[train]" (or
+# with the site's MPI loaded: MPICC=cc pip install --no-cache-dir --no-binary mpi4py "$MPIRAY_DIR[train]" (or
 # `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
 ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.

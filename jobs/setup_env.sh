@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Create (or update) the project's virtual environment in .venv: Ray + RLlib, mpi4py with the
-# PyPI MPICH wheel (mpirun in .venv/bin, no system MPI needed), the CPU build of torch.
+# PyPI MPICH wheel (mpirun in .venv/bin, no system MPI needed), torch (MPIRAY_TORCH, below).
 #   bash jobs/setup_env.sh            # launcher + trainer
 #   bash jobs/setup_env.sh test       # ... plus the test tools
+# On Debian/Ubuntu, python3 -m venv needs the python3-venv package. PYTHON=... names another interpreter.
 # On a cluster, use its MPI rather than the wheel (its mpirun/srun and its network): load the MPI
 # module first, then build mpi4py against it with
 #   module load cray-mpich && MPICC=cc MPIRAY_SITE_MPI=1 bash jobs/setup_env.sh    # Cray (HPE) systems
 #   module load openmpi && MPIRAY_SITE_MPI=1 bash jobs/setup_env.sh                  # mpicc on PATH
-# GPUs: torch==2.13.0 is the CPU build. For a CUDA build, name the torch you want, e.g.
-#   MPIRAY_TORCH=torch bash jobs/setup_env.sh     # PyPI's default Linux build (CUDA; several GB)
-# or a build for your CUDA from the index pytorch.org names, installed before this script runs.
+# torch: MPIRAY_TORCH (default torch==2.13.0). Which build that pin gets depends on pip's indexes (a local
+# wheel dir with 2.13.0+cpu, as the project's machines have: the CPU build; PyPI on Linux x86_64: a CUDA
+# build, several GB). Name the build to be sure (docs/install.md, "torch: CPU or CUDA"):
+#   MPIRAY_TORCH=torch==2.13.0+cpu PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu bash jobs/setup_env.sh
+#   MPIRAY_TORCH=torch==2.13.0+cuXYZ PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cuXYZ bash jobs/setup_env.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="train"
@@ -29,6 +32,6 @@ if [ "${MPIRAY_SITE_MPI:-0}" = "1" ]; then
 else
   extras="$extras,mpich"
 fi
-# torch 2.13.0 is the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
+# Pinned: an unpinned torch takes the newest build of the index, on PyPI a multi-GB CUDA one.
 .venv/bin/python -m pip install -q "${MPIRAY_TORCH:-torch==2.13.0}"
 .venv/bin/python -m pip install -q -e ".[$extras]"

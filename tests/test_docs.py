@@ -59,10 +59,37 @@ def test_every_failure_cause_has_its_section_in_troubleshooting():
     assert re.findall(r"^## `(\w+)`$", page, re.M) == list(CAUSES)
 
 
+# The pages a user reads: every relative link in them must resolve, and every #anchor into a page must
+# name one of its headings.
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted(DOCS.glob("*.md")), ROOT / "train" / "README.md",
+         ROOT / "jobs" / "README.md"]
+
+
+def anchors(page: Path) -> set[str]:
+    """The #anchors GitHub makes of a page's headings (outside code blocks): lower case, punctuation
+    but - and _ dropped, spaces as -, a repeated one suffixed -1, -2, ..."""
+    found: set[str] = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (heading := re.match(r"#{1,6} (.*)", line)):
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            unique, n = slug, 0
+            while unique in found:
+                n += 1
+                unique = f"{slug}-{n}"
+            found.add(unique)
+    return found
+
+
 def test_every_relative_link_in_the_docs_resolves():
-    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS.glob("*.md")]:
-        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
-            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+    for page in PAGES:
+        for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", page.read_text()):
+            linked = page.parent / target if target else page
+            assert linked.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+            if anchor and linked.suffix == ".md":
+                assert anchor in anchors(linked), f"{page.relative_to(ROOT)} links to {target}#{anchor}: no such heading"
 
 
 def test_the_readme_is_a_front_door():
