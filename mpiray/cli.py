@@ -115,5 +115,5 @@ def check_default_driver(config: Config) -> None:
     if missing:
         raise ConfigError(
             f"the default driver (python -m train: RLlib PPO on CartPole) needs {', '.join(missing)}, not "
-            f"installed here: pip install 'mpiray[train]' (or give your own driver after '--')",
+            f"installed here: pip install '.[train]' in the mpiray checkout (or give your own driver after '--')",
             cause="trainer_missing")

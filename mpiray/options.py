@@ -42,7 +42,7 @@ MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE
 OTHER_VARIABLES = (
     "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP", "MPIRAY_RESTART",
     "MPIRAY_FAKE_VERSION", "MPIRAY_TEST_FAIL_JOIN", "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR",
-    "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED",
+    "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED", "MPIRAY_PBS_USER", "MPIRAY_PBS_PREFIX", "MPIRAY_PBS_TESTBED_DIR",
 )
 
 
@@ -284,7 +284,8 @@ OPTIONS = (
     Option("port", 0, "GCS port of the head; 0 picks a free one", _port, shown_default="0 (free)"),
     Option("num_cpus", None, "CPUs each Ray node offers", _count, shown_default="the rank's share of its host"),
     Option("num_gpus", None, "GPUs each Ray node offers", _count, shown_default="the rank's share of the visible GPUs"),
-    Option("head_cpus", None, "CPUs the head node offers to Ray (e.g. 0 keeps them for the driver and learner)",
+    Option("head_cpus", None, "CPUs the head node offers to Ray (e.g. 0 keeps its CPUs for the driver process alone: "
+           "no Ray task, actor or learner runs there)",
            _count, shown_default="as --num-cpus"),
     Option("resources", None, "custom Ray resources each node of this job offers, as JSON, e.g. '{\"accel\": 2}'",
            _resources, shown_default="none"),
@@ -294,10 +295,10 @@ OPTIONS = (
     Option("object_store_memory", None, "object store size of each Ray node, at least 75M, e.g. 2G",
            _object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
     Option("stop_grace", 30.0, "seconds the driver gets between SIGTERM and SIGKILL to checkpoint (exported to it "
-           "as MPIRAY_STOP_GRACE); Ray nodes get at most 5 of them (they stop in ~1 s)", _seconds,
+           "as MPIRAY_STOP_GRACE); Ray's processes then get at most 5 s more", _seconds,
            shown_default="30 (Slurm's default KillWait)"),
-    Option("time_limit", None, "stop the driver after this many seconds (SIGTERM, the grace, SIGKILL); exit code "
-           "124", _positive_seconds, shown_default="none"),
+    Option("time_limit", None, "stop the driver this many seconds after it started (SIGTERM, the grace, SIGKILL); "
+           "exit code 124", _positive_seconds, shown_default="none"),
     Option("walltime_margin", None, "stop the driver this many seconds before the batch job's walltime ends "
            "(SIGTERM, the grace, SIGKILL; exit code 124), so that it checkpoints before the batch system kills the "
            "job; by default only under PBS, which warns no job (its end read from qstat); Slurm jobs get "

@@ -303,7 +303,7 @@ def test_the_default_driver_without_the_train_extra_says_what_to_install(tmp_pat
     assert result.returncode == 2
     said = [line for line in result.stderr.splitlines() if line.startswith("mpiray:")]  # Open MPI adds its own
     assert len(said) == 1 and said[0].startswith("mpiray: error: the default driver (python -m train") and \
-        "pip install 'mpiray[train]'" in said[0], result.stderr
+        "pip install '.[train]' in the mpiray checkout" in said[0], result.stderr
     assert not list(tmp_path.iterdir())  # nothing started, nothing logged
 
 

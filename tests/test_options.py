@@ -283,7 +283,7 @@ def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_befor
 
     real = cli.importlib.util.find_spec
     monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "gymnasium" else real(name))
-    with pytest.raises(ConfigError, match=r"needs gymnasium, not installed here: pip install 'mpiray\[train\]'"):
+    with pytest.raises(ConfigError, match=r"needs gymnasium, not installed here: pip install '\.\[train\]' in the mpiray"):
         cli.check_default_driver(parse_args([], environ={}))
     cli.check_default_driver(parse_args(["--", "python", "mine.py"], environ={}))  # a driver of one's own: fine
     cli.check_default_driver(parse_args(["--dry-run"], environ={}))  # no driver runs

@@ -52,7 +52,7 @@ from mpiray.elastic.autoscale import HEAD_TYPE, STATIC_TYPE, WORKER_TYPE, active
 from mpiray.logs.events import RankLog
 
 SUBMITS_PER_WINDOW, SUBMIT_WINDOW_S = 4, 10.0
-BACKOFF_FIRST_S, BACKOFF_MAX_S, MAX_FAILURES = 10.0, 300.0, 3
+BACKOFF_FIRST_S, MAX_FAILURES = 10.0, 3
 REFRESH_S = 1.0  # the scheduler is asked at most this often (Ray asks the provider many times per update)
 
 
@@ -176,7 +176,8 @@ class BatchNodeProvider(NodeProvider):
     def _failed(self, node_id: str, job_id: str, why: str) -> None:
         state = self.state
         state["failures"] += 1
-        wait = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (state["failures"] - 1))
+        # 10 s, then 20 s; the MAX_FAILURES-th in a row stops the submits instead (backoff 0: none follows).
+        wait = BACKOFF_FIRST_S * 2 ** (state["failures"] - 1) if state["failures"] < MAX_FAILURES else 0.0
         state["backoff_until"] = time.time() + wait
         self.log.event("job_failed", node=node_id, job=job_id, why=why, failures=state["failures"], backoff=wait)
         if state["failures"] >= MAX_FAILURES:

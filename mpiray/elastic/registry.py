@@ -11,8 +11,9 @@ enter the directory: another user can neither read a token nor plant an entry. E
 written to a temporary name in the same directory, then renamed: a reader never sees half a file.
 
 An entry is stale when its job ended without removing it (SIGKILL of the whole job): its heartbeat,
-renewed every HEARTBEAT_S by the head's rank 0, is older than STALE_AFTER_S, or the head ran on this
-host and its rank is gone. Readers skip stale entries and remove them.
+renewed every HEARTBEAT_S by the head's rank 0, is older than STALE_AFTER_S, or its job's end time
+(the walltime) passed STALE_AFTER_S ago. Readers skip stale entries and remove them, with its joins
+(an elastic head's JOB.autoscale/ stays: its worker jobs read it to cancel each other).
 """
 
 from __future__ import annotations

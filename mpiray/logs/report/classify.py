@@ -93,7 +93,7 @@ CAUSES = {
         "the driver command could not be started", "check the command after '--' (its path, that it is executable)"),
     "trainer_missing": Cause(
         "the default driver (the trainer) needs packages that are not installed",
-        "pip install 'mpiray[train]', or give your own driver after '--'"),
+        "pip install '.[train]' in the mpiray checkout, or give your own driver after '--'"),
     "no_such_cluster": Cause(
         "the cluster to join or attach to is not running: not in the registry, stale, another user's, or its GCS "
         "does not answer",
