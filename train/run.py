@@ -15,8 +15,12 @@ from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 EXIT_OK = 0
 EXIT_TRAINING_FAILED = 1
 EXPERIMENT_STATE_PERIOD_S = 2
-# What Ray says of an actor (a learner) whose node went: ActorDiedError / RayActorError, "node ... died".
-LOST_NODE_SIGNS = ("ActorDiedError", "RayActorError", "ActorUnavailableError", "node", "died")
+# A learner whose node went: Ray's word for the dead actor, or (what the others see first, measured on the testbed
+# with a node's raylet SIGKILLed) gloo's "Connection closed by peer [ADDRESS]" in their all-reduce. Not gloo's
+# "connectFullMesh failed ... Connection refused": that is a group that never formed (the wrong network).
+LEARNER_SIGNS = ("learner_group", "Learner")
+LOST_NODE_SIGNS = ("ActorDiedError", "RayActorError", "ActorUnavailableError", "Connection closed by peer",
+                   "Connection reset by peer", "node has died", "node died")
 
 
 def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> int:
@@ -125,6 +129,7 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
 
     from train.interrupt import CheckpointOnSignal
     from train.progress import ProgressLine
+    from train.watch import LearnerNodeWatch
 
     # The class, not its name: a name makes Tune import (and register) every RLlib algorithm.
     trainable = algorithm_config.algo_class
@@ -141,7 +146,8 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
         stop=config.stop_criteria(options, env),
         checkpoint_config=config.checkpoint_config(options),
         callbacks=[
-            CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback(), CheckpointOnSignal(), ProgressLine()
+            CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback(), CheckpointOnSignal(), ProgressLine(),
+            LearnerNodeWatch(),
         ],
         verbose=0,  # ProgressLine replaces Tune's tables and full-config dumps
     )
@@ -183,10 +189,14 @@ def _report(results, options: TrainOptions, stop_request) -> int:
             if result.error is None:
                 continue
             _say(f"trial failed: {result.error}")
-            if lost_learner(result.error):
+            from train.watch import LOST
+
+            trial_id = (result.metrics or {}).get("trial_id", "")
+            if trial_id in LOST or lost_learner(result.error):
                 _say("a learner's node was lost: RLlib does not restart learners; run the job again (requeue, or "
                      "the same command) and it continues from the last checkpoint")
-                events.event("learner_node_lost", trial=Path(result.path).name,
+            if trial_id not in LOST and lost_learner(result.error):  # the watch had not seen it yet: said here
+                events.event("learner_node_lost", trial=trial_id or Path(result.path).name,
                              error=str(result.error).strip().splitlines()[-1][:300])
         return EXIT_TRAINING_FAILED
     if stop_request.requested and not all(result.metrics.get("done") for result in results):
@@ -206,7 +216,7 @@ def lost_learner(error: BaseException) -> bool:
     """Whether a trial failed because a remote learner's actor died with its node (RLlib's learners are
     started with no restart: the whole trial fails)."""
     text = f"{type(error).__name__}: {error}"
-    return "Learner" in text and any(sign in text for sign in LOST_NODE_SIGNS)
+    return any(sign in text for sign in LEARNER_SIGNS) and any(sign in text for sign in LOST_NODE_SIGNS)
 
 
 def _report_trial(result, options: TrainOptions) -> None:

@@ -10,7 +10,8 @@ from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
 from mpiray.rank.ownnode import describe_when_started, join, log_context, planned_node, start_node, wait_for_head
-from mpiray.rank.state import DRIVER_POLL, STARTUP_POLL, Rank
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
+from mpiray.rank.teardown import stop_node
 
 
 class Worker:
@@ -72,6 +73,9 @@ class Worker:
                 if me.stop.signum is None:
                     me.log.event("own_node_exited", **fields)
                     me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
+                    # What its raylet left (workers, a learner) is no node's any more, but it can hold the others'
+                    # collectives: a learner whose raylet died kept its gloo peers waiting (torch's 30 min).
+                    stop_node(me, RAY_STOP_GRACE)
                 else:  # the signal reached Ray's processes too: expected
                     me.log.event("node_exited_on_signal", **fields)
             if me.stop.signum is not None:
