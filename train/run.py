@@ -56,9 +56,9 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
     with cluster.ray_cluster(environ, num_cpus=_local_num_cpus(options, environ)) as ray_cluster:
         num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
-        cluster.check_resources(algorithm_config, ray_cluster)
         spread = ray_cluster.learner_slots > 0 and config.spread_learners(algorithm_config)
-        cluster.check_learners(algorithm_config, ray_cluster, spread)
+        cluster.check_learners(algorithm_config, ray_cluster, spread)  # first: the learners' own reason
+        cluster.check_resources(algorithm_config, ray_cluster)
         if options.num_samples == 1:  # several trials: each goes where it fits, and its node's loss ends it alone
             _place_algorithm(algorithm_config, ray_cluster)
         if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
