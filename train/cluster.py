@@ -98,8 +98,8 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
         total_gpus=float(environ.get("MPIRAY_TOTAL_GPUS") or resources.get("GPU", 0)),
         head_cpus=float(head.get("CPU", 0)),
         head_gpus=float(head.get("GPU", 0)),
-        nodes=tuple({name: float(node.get("Resources", {}).get(name, 0)) for name in ("CPU", "GPU", LEARNER_SLOT)}
-                    for node in alive_nodes),
+        nodes=tuple({name: float(node.get("Resources", {}).get(name, 0))
+                     for name in ("CPU", "GPU", LEARNER_SLOT, HEAD_RESOURCE)} for node in alive_nodes),
     )
 
 
@@ -149,10 +149,11 @@ def learner_bundles(algorithm_config) -> list[Mapping[str, float]]:
     return list(_get_learner_bundles(algorithm_config))
 
 
-def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool) -> None:
+def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on_head: bool = False) -> None:
     """Fail fast when the learners could never be placed (Tune would show the trial pending forever).
 
-    spread: each learner takes a learner slot (spread_learners)."""
+    spread: each learner takes a learner slot (spread_learners); main_on_head: the algorithm's main process
+    is pinned to the head node (pin_to_head), whose CPUs it then takes first."""
     learners = algorithm_config.num_learners
     if learners == 0:
         return
@@ -168,20 +169,29 @@ def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool) -> None
         return
     if not spread:
         return
-    fits = sum(min(node.get(LEARNER_SLOT, 0), _per_node(node, bundles[0])) for node in cluster.nodes)
-    if learners > fits:
-        slots = cluster.learner_slots
+    free = [dict(node) for node in cluster.nodes]
+    main = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles[0]
+    for node in free if main_on_head else ():
+        if node.get(HEAD_RESOURCE):
+            node["CPU"], node["GPU"] = node["CPU"] - main.get("CPU", 0), node["GPU"] - main.get("GPU", 0)
+    need = {name: amount for name, amount in bundles[0].items() if name in ("CPU", "GPU")}
+    placed = 0
+    for _ in range(learners):  # as Ray would: a learner on any node with a slot and its CPUs and GPUs free
+        node = next((n for n in free if n.get(LEARNER_SLOT, 0) >= 1
+                     and all(n.get(name, 0) >= amount for name, amount in need.items())), None)
+        if node is None:
+            break
+        node[LEARNER_SLOT] -= 1
+        for name, amount in need.items():
+            node[name] -= amount
+        placed += 1
+    if placed < learners:
+        head = f", the head's after the algorithm's main process ({main.get('CPU', 0):g} CPU)" if main_on_head else ""
         raise ResourceError(
-            f"{learners} learners, but the cluster's nodes can hold {fits:g}: they offer {slots:g} learner slots "
-            f"(mpiray_learner_slot: each node 1, or one per GPU; --learner-slots), and each learner needs "
-            f"{bundles[0].get('CPU', 0):g} CPUs and {bundles[0].get('GPU', 0):g} GPUs on its node. Give "
-            f"--num-learners {int(fits)} or fewer, or run on more nodes")
-
-
-def _per_node(node: Mapping[str, float], bundle: Mapping[str, float]) -> float:
-    """How many such bundles one node's CPUs and GPUs hold."""
-    counts = [node.get(name, 0) // amount for name, amount in bundle.items() if name in ("CPU", "GPU") and amount > 0]
-    return min(counts) if counts else float("inf")
+            f"{learners} learners, but the cluster's nodes can hold {placed}: they offer {cluster.learner_slots:g} "
+            f"learner slots (mpiray_learner_slot: each node 1, or one per GPU; --learner-slots), and each learner "
+            f"needs {need.get('CPU', 0):g} CPUs and {need.get('GPU', 0):g} GPUs of its node's{head}. Give "
+            f"--num-learners {placed} or fewer, or run on more nodes")
 
 
 def _largest(cluster: ClusterInfo) -> str:

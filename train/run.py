@@ -56,11 +56,11 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
     with cluster.ray_cluster(environ, num_cpus=_local_num_cpus(options, environ)) as ray_cluster:
         num_env_runners = _num_env_runners(options, ray_cluster, reserved_cpus)
         algorithm_config = config.build_algorithm_config(options, env, num_env_runners)
+        # Several trials: each goes where it fits, and its node's loss ends it alone.
+        on_head = options.num_samples == 1 and _place_algorithm(algorithm_config, ray_cluster)
         spread = ray_cluster.learner_slots > 0 and config.spread_learners(algorithm_config)
-        cluster.check_learners(algorithm_config, ray_cluster, spread)  # first: the learners' own reason
+        cluster.check_learners(algorithm_config, ray_cluster, spread, on_head)  # first: the learners' own reason
         cluster.check_resources(algorithm_config, ray_cluster)
-        if options.num_samples == 1:  # several trials: each goes where it fits, and its node's loss ends it alone
-            _place_algorithm(algorithm_config, ray_cluster)
         if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
             for params in storage.saved_params(resume_dir):
                 cluster.check_saved_resources(params, ray_cluster, str(resume_dir))
@@ -112,15 +112,18 @@ def _register_env(env: EnvChoice) -> None:
     register_env(env.name, env.factory)
 
 
-def _place_algorithm(algorithm_config, ray_cluster: cluster.ClusterInfo) -> None:
-    """The algorithm on the head node when it fits there (losing another node is then survivable)."""
+def _place_algorithm(algorithm_config, ray_cluster: cluster.ClusterInfo) -> bool:
+    """The algorithm on the head node when it fits there (losing another node is then survivable); whether it is."""
     problem = cluster.head_problem(algorithm_config, ray_cluster)
     if problem is None:
-        if not config.pin_to_head(algorithm_config) and ray_cluster.num_nodes > 1:
+        if config.pin_to_head(algorithm_config):
+            return True
+        if ray_cluster.num_nodes > 1:
             _say("note: this Ray's RLlib cannot pin the algorithm to the head node: Tune places it on any node, "
                  "and losing that node ends the run")
     elif ray_cluster.num_nodes > 1:
         _say(f"note: {problem}, so Tune places them on any node: losing that node ends the run")
+    return False
 
 
 def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path, resume: bool):
