@@ -27,6 +27,7 @@ class Config:
     walltime_margin: float | None = None  # seconds before the batch job's end to stop the driver (None: auto)
     interface: str | None = None
     temp_dir: Path = Path("/tmp")
+    spill_dir: Path | None = None  # the root of each host's spill dir (default: temp_dir)
     auth: bool = True
     dashboard: bool = False
     metrics: bool = True  # Ray's metrics collected and exported (with ray[default])

@@ -308,6 +308,9 @@ OPTIONS = (
            _interface, shown_default="the one that routes to the head"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
            "paths must fit 107 bytes)", _path, shown_default="TMPDIR, else /tmp"),
+    Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "
+           "DIR/mpiray-UID-spill-JOBID (0700; a shared file system works: Ray adds each node's id), removed at the "
+           "end; give a local disk, not RAM", _path, shown_default="the temp dir's"),
     Option("ray_node_per", "rank", "one Ray node per MPI rank, or one per host (the other local ranks idle)",
            choices=("rank", "host")),
     Option("join_window", 64, "the most worker nodes joining the head at once; the window starts at 8 and adapts "

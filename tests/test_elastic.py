@@ -363,3 +363,26 @@ def test_the_elastic_scripts_default_driver_grows_the_cluster_past_its_minimum(s
 
 def _autoscaler_events(path: Path, name: str) -> list[dict]:
     return [record["fields"] for record in read_events(path) if record["event"] == name] if path.exists() else []
+
+
+@pytest.mark.train
+def test_an_elastic_clusters_worker_job_nodes_carry_learners(slurm_testbed, jobs, tmp_path, private_registry):
+    """A user's RLlib script asks for more learners than the head job's node holds: Ray's autoscaler adds a
+    worker job, its node takes learners, and they train with the head's over gloo on each node's network."""
+    bed = slurm_testbed
+    plain = ROOT / "tests" / "drivers" / "plain_rllib.py"
+    result = bed.run(srun(bed, jobs, tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "20",
+                          "--", PYTHON, str(plain), "3"), timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    seen = driver_report(result.stdout, "PLAIN", result.stderr)
+    (job_dir,) = (tmp_path / "logs").glob("*/autoscaler-rank-0000.jsonl")
+    cluster = job_dir.parent.name
+    jobs.ids.append(cluster)
+    joined = _autoscaler_events(job_dir, "node_joined")
+    assert joined, "no worker job's node joined"
+    head_ip = read_job(job_dir.parent)["cluster"][0]["ip"]
+    learner_ips = {ip for ip, _ in seen["learners"]}
+    assert len(seen["learners"]) == 3 and learner_ips - {head_ip}, seen  # a worker job's node holds learners
+    assert learner_ips <= set(bed.node_ips) and {interface for _, interface in seen["learners"]} == {"eth0"}
+    wait_until_no_worker_job(bed, cluster, 60)
+    jobs.wait_until_gone(cluster)

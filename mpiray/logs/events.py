@@ -65,6 +65,10 @@ KINDS = _kinds(
     stale_dirs_removed=(INFO, "removed {count} private dir(s) of this user's ranks that were killed before they "
                               "could (their job step was SIGKILLed): {paths}"),
     port_note=(INFO, "ports: {note}"),
+    preflight=(INFO, "pre-flight: {summary}"),
+    preflight_warning=(WARNING, "pre-flight on {host}: {message}; {fix}"),
+    preflight_fixed=(INFO, "pre-flight on {host}: {message}"),
+    spill_dir=(INFO, "Ray spills objects to {path} (made by this rank: {made})"),
     resource_note=(INFO, "resources: {note}"),
     resources_given=(INFO, "resources given to Ray: {cpus} CPUs, GPUs [{gpus}], memory {memory_mib} MiB, "
                            "object store {object_store_mib} MiB"),

@@ -26,11 +26,11 @@ from mpiray.elastic.registry import HEARTBEAT_S, Published
 from mpiray.errors import ConfigError, LaunchError, StartupTimeout
 from mpiray.host import network
 from mpiray.logs import progress
+from mpiray.rank import preflight
 from mpiray.rank.batchjob import read_batch_job
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
     CONTROL,
-    HELLO,
     JOIN,
     REPORT,
     SESSION,
@@ -39,7 +39,6 @@ from mpiray.rank.messages import (
     Cluster,
     Report,
     Session,
-    check_versions,
     print_summary,
     resource_fields,
 )
@@ -86,6 +85,7 @@ class Head:
         self.published: Published | None = None  # this cluster in the registry, for --join and attach
         self.beat = 0.0  # time.monotonic() of the last heartbeat
         self.autoscale: Autoscale | None = None  # with --autoscale
+        self.hellos: dict[int, dict] = {}  # each worker's HELLO: its host, log, versions, findings (preflight.py)
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -106,7 +106,6 @@ class Head:
             live.close()
         if not config.dry_run:
             self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
-        check_versions(reports)
         nodes = tuple(r for r in reports if r.node_id)
         cluster = Cluster(me.session, nodes, me.session.job_dir(config.log_dir),
                           str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace,
@@ -134,11 +133,12 @@ class Head:
         if config.port and not network.port_is_free(config.port):
             raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",
                               cause="port_in_use")
-        share, ports = split_host(me, job_id, gcs_port=config.port)
+        share, ports = split_host(me, job_id, job_id, gcs_port=config.port)
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")
         me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+        me.session = dataclasses.replace(me.session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)
         me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.session.gcs_address)
 
@@ -147,6 +147,12 @@ class Head:
             self.autoscale = Autoscale(me, job_id, me.session.job_dir(config.log_dir))
             autoscaling = self.autoscale.write_config(share)
         spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
+        # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
+        # then); a job that cannot work ends here, with nothing of Ray started anywhere.
+        self.hellos = preflight.gather(me)
+        if len(self.hellos) < me.comm.size - 1:
+            raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
+        preflight.judge(me, self.hellos)
         if config.dry_run:
             return planned_node(me, spec)
         me.node.release()
@@ -178,7 +184,7 @@ class Head:
         ones at the startup timeout."""
         me = self.me
         reports: dict[int, Report] = {0: me.report(head)}
-        hellos: dict[int, dict] = {}
+        hellos = self.hellos
         deadline = Deadline.since(me.started, me.config.startup_timeout)
 
         def grant() -> None:
@@ -197,10 +203,7 @@ class Head:
                 time.sleep(STARTUP_POLL)
                 continue
             source, tag, payload = message
-            if tag == HELLO:
-                hellos[source] = payload
-                me.log.event("worker_waiting", peer=source, peer_host=payload["host"], log=payload["log"])
-            elif tag == SETTLED:  # a fast worker, done before the others joined
+            if tag == SETTLED:  # a fast worker, done before the others joined
                 self.settled_ranks.add(source)
             elif tag == REPORT:
                 if payload.error:

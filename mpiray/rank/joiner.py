@@ -11,6 +11,7 @@ With no driver command, the job's nodes serve (leaders/stay.py) until the cluste
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -18,7 +19,8 @@ import time
 from mpiray.batch import environment
 from mpiray.elastic.registry import HEARTBEAT_S, Registry
 from mpiray.errors import LaunchError
-from mpiray.rank.head import Head
+from mpiray.rank import preflight
+from mpiray.rank.head import Head, WorkersMissing, _missing
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import SESSION, Session, versions
 from mpiray.rank.ownnode import join, log_context, start_node
@@ -52,12 +54,17 @@ class Joiner(Head):
         if not gcs_answers(entry.gcs_address):
             raise LaunchError(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                               f"or this host cannot reach its host {entry.host}", exit_code=2, cause="no_such_cluster")
-        share, ports = split_host(me, own_job)
+        share, ports = split_host(me, own_job, entry.job_id)
         me.session = session
-        me.comm.send_to_others(session, SESSION)
+        me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
+        me.comm.send_to_others(me.session, SESSION)
         me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
                      workers=me.comm.size - 1)
         start_node(me, share, ports, head=False)
+        self.hellos = preflight.gather(me)  # as the head's job does: nothing of Ray goes before it passes
+        if len(self.hellos) < me.comm.size - 1:
+            raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
+        preflight.judge(me, self.hellos)
         me.node.release()
         return join(me)
 

@@ -25,7 +25,7 @@ from mpiray.deadline import Deadline
 from mpiray.errors import Interrupted, LaunchError
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
-from mpiray.rank import teardown
+from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.joiner import Joiner
@@ -60,6 +60,7 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankL
         stop = StopRequest()
         stop.install()
     processes.become_subreaper()
+    preflight.raise_limits()  # before this rank starts anything: its `ray start` inherits the open-file limit
     env = environment.detect()
     host = socket.gethostname()
     if log is None:

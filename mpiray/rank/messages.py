@@ -6,12 +6,10 @@ an in-memory one in the fast tests.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpiray.errors import LaunchError
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
 
@@ -38,6 +36,7 @@ class Session:
     started: float  # rank 0's time.time() at launch, for "seconds to ready"
     log_dir: str = ""  # where the ranks write (LOG_DIR/JOB_ID); "" for config.log_dir / job_id
     own_job_id: str = ""  # a job that joined another's cluster (--join): its own id, else ""
+    marker: str = ""  # rank 0's file in the job's log dir: a host that does not see it has a log dir of its own
 
     def job_dir(self, log_dir: Path) -> Path:
         return Path(self.log_dir) if self.log_dir else log_dir / self.job_id
@@ -108,26 +107,9 @@ class Cluster:
         return env
 
 
-def check_versions(reports: list[Report]) -> None:
-    """All ranks must run the same Ray and Python: a mixed cluster fails in obscure ways later."""
-    seen = {tuple(sorted(r.versions.items())) for r in reports}
-    if len(seen) > 1:
-        per_rank = "; ".join(
-            f"rank {r.rank} on {r.host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.versions.items()))
-            for r in reports
-        )
-        raise LaunchError(f"ranks run different versions, refusing to start: {per_rank}", cause="version_skew")
-
-
 def versions(rank: int) -> dict:
-    versions = {"ray": ray_version(), "python": sys.version.split()[0]}
-    # Test hook for the version-skew check: MPIRAY_FAKE_VERSION="RANK:NAME=VERSION" makes one rank
-    # report another version, as a rank started from another environment would.
-    fake = os.environ.get("MPIRAY_FAKE_VERSION", "")
-    if fake.startswith(f"{rank}:") and "=" in fake:
-        name, value = fake.split(":", 1)[1].split("=", 1)
-        versions[name] = value
-    return versions
+    """What a rank reports it runs (the pre-flight compares more, before anything starts: preflight.py)."""
+    return {"ray": ray_version(), "python": sys.version.split()[0]}
 
 
 def resource_fields(resources: dict) -> dict:

@@ -17,7 +17,7 @@ from mpiray.host import network, processes
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
-from mpiray.raynode import commands
+from mpiray.raynode import commands, spill
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import NodeStartFailed, RayNode
 from mpiray.raynode.raycompat import ray_version
@@ -53,8 +53,12 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
             me.log.event("stale_dirs_removed", count=len(me.node.swept), paths=[str(p) for p in me.node.swept])
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
+    spill_dir = spill.job_spill_dir(config.spill_dir or config.temp_dir, session.job_id)
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
-                             commands.node_resources(config.resources, slots), autoscaling_config)
+                             commands.node_resources(config.resources, slots), autoscaling_config,
+                             spill_dir=str(spill.ray_spill_dir(spill_dir)))
+    if me.node is not None:
+        me.node.spill_dir = spill_dir
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
@@ -131,6 +135,7 @@ def join(me: Rank) -> NodeInfo:
 def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.session.started, me.config.startup_timeout)
     node = me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
+    me.node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
     for key, note in me.node.output.compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node

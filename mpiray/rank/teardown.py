@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mpiray.deadline import Deadline
 from mpiray.rank.state import RAY_STOP_GRACE, Leader, Rank, Role
-from mpiray.raynode import raycompat
+from mpiray.raynode import raycompat, spill
 
 STOP_SIGNAL_RAY_GRACE = 2.0  # after scancel: Ray's processes got the signal too, and a raylet then hangs on SIGTERM
 MEET_MARGIN = 30.0  # seconds past --stop-grace that a rank waits for the others at the end
@@ -79,6 +79,8 @@ def close_node(me: Rank) -> None:
         return
     for problem in me.node.close():
         me.log.event("teardown_failed", step="close this rank's node", problem=problem)
+    if me.node.spill_dir is not None:  # its node's spilled objects; the dir too, once no node's are left
+        spill.remove_node(me.node.spill_dir, me.node.node_id)
     if me.node.kept is not None:
         me.log.event("logs_kept", path=str(me.node.kept))
 

@@ -7,6 +7,7 @@ import time
 
 from mpiray.deadline import Deadline
 from mpiray.errors import Interrupted, StartupTimeout
+from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
 from mpiray.rank.ownnode import describe_when_started, join, log_context, planned_node, start_node, wait_for_head
@@ -34,8 +35,8 @@ class Worker:
         me.session = session
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         log_context(me)
-        me.comm.send({"host": me.host, "log": str(me.log.path)}, 0, HELLO)
-        share, ports = split_host(me, session.ports_job_id)
+        me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
+        share, ports = split_host(me, session.ports_job_id, session.job_id)
         if share is None:
             me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)

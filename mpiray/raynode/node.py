@@ -64,6 +64,8 @@ class RayNode:
         self.spec = None  # commands.NodeSpec: what start() was asked to start
         self.times: dict[str, float] = {}  # time.time() of each start-up phase: started, released, alive, settled
         self.described = False  # its manifest was logged
+        self.node_id: str | None = None  # Ray's, once ALIVE
+        self.spill_dir: Path | None = None  # the job's spill dir on this host (spill.py), if it has one
 
     @classmethod
     def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:

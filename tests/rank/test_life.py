@@ -17,11 +17,9 @@ from mpiray.config import Config
 from mpiray.leaders.command import CommandLeader
 from mpiray.logs.events import read_events
 from mpiray.rank import life as rank_life
-from mpiray.rank import teardown
 from mpiray.rank.signals import StopRequest
 
 from memory_comm import World
-from reword import put_back, reword
 
 FOREVER = float("inf")
 
@@ -79,24 +77,6 @@ class Job:
     def events(self, rank: int, name: str | None = None) -> list[dict]:
         records = read_events(self.job_dir / f"rank-{rank:04d}.jsonl")
         return [r for r in records if name is None or r["event"] == name]
-
-
-@pytest.fixture(params=["plain", "reworded"])
-def wording(request):
-    """Each test twice: with mpiray's messages, and with every message reworded (the events are the same)."""
-    if request.param == "plain":
-        yield
-        return
-    old = reword()
-    yield
-    put_back(old)
-
-
-@pytest.fixture
-def config(tmp_path, monkeypatch, wording) -> Config:
-    monkeypatch.setattr(teardown, "MEET_MARGIN", 0.5)  # a rank that never came: the others wait this long
-    return Config(driver=("true",), log_dir=tmp_path / "logs", job_id="job", dry_run=True, startup_timeout=10,
-                  stop_grace=1, progress="off")
 
 
 def test_a_dry_run_brings_every_rank_through_the_whole_protocol(tmp_path, config):

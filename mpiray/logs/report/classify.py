@@ -38,6 +38,15 @@ CAUSES = {
     "temp_dir": Cause(
         "the rank's private temp dir could not be made",
         "point --temp-dir (or TMPDIR) at a writable node-local directory"),
+    "dir_unwritable": Cause(
+        "the temp or spill dir cannot be written on a host (missing, read-only, another user's)",
+        "point --temp-dir (TMPDIR) or --spill-dir at a writable directory of yours on a node-local file system"),
+    "dir_full": Cause(
+        "the temp or spill dir of a host is 95% full or more (bytes or inodes): Ray refuses to spill there",
+        "free space there, or point --temp-dir (TMPDIR) or --spill-dir at another disk"),
+    "dir_network": Cause(
+        "the temp dir of a host is on a network file system, where Ray's unix sockets and file locks fail",
+        "point --temp-dir (or TMPDIR) at a node-local directory: /tmp, $TMPDIR, a local disk"),
     "foreign_gcs": Cause(
         "a node reached a GCS that is not its own cluster's, or that refused its token",
         "check that nothing else listens on the head's address and port, and that every rank of the job runs "

@@ -1,0 +1,167 @@
+"""The pre-flight across the job (the looking itself: host/preflight.py): every rank's versions and every
+host's findings ride the HELLO each worker sends rank 0; rank 0 holds its head's `ray start` until all are in,
+prints them grouped by value, logs them, and refuses a job that cannot work (exit 2) before any Ray runs.
+
+    3 hosts (ranks 0-2): python 3.11.7, ray 2.60.0, mpiray 0.1.0, mpi4py 4.1.2, MPICH 5.0.2, numpy 2.2.6, ...
+    1 host (rank 3 on n4): ... numpy 1.26.4 ...
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict
+
+from mpiray.deadline import Deadline
+from mpiray.errors import LaunchError
+from mpiray.host import network, preflight
+from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
+from mpiray.rank.messages import HELLO
+from mpiray.rank.state import STARTUP_POLL, Rank
+
+MARKER_PREFIX = ".mpiray-shared-"  # rank 0's file in the job's log dir: a host that does not see it has another dir
+RAISED: list[Finding] = []  # what raise_limits did in this process, said by the host's first rank
+
+
+def raise_limits() -> None:
+    """First thing in a rank (rank.life.setup), before it starts a process: the open-file soft limit."""
+    RAISED[:] = preflight.raise_open_files()
+
+
+ORDER = ("python", "ray", "mpiray", "mpi4py", "mpi", "numpy", "cloudpickle", "torch", "gymnasium")
+
+
+def versions(me: Rank) -> dict[str, str]:
+    """What this rank runs: Python, the MPI library (as MPI says), and the packages that must match."""
+    found = {"python": sys.version.split()[0], **preflight.installed_versions(),
+             "mpi": mpi_library(me.comm.library_version())}
+    return {name: found[name] for name in ORDER if name in found}
+
+
+def mpi_library(first_line: str) -> str:
+    """MPI_Get_library_version's first line, short: 'MPICH Version: 5.0.2' -> 'MPICH 5.0.2', 'Open MPI v5.0.8,
+    package: ...' -> 'Open MPI v5.0.8'."""
+    return first_line.split(",")[0].replace(" Version:", "").strip()
+
+
+def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
+    """This host's findings: by its first rank only (every rank raises its own open-file limit)."""
+    config = me.config
+    if me.host_comm.rank != 0:
+        return []
+    fixed = [*RAISED, *preflight.open_files_findings(me.comm.size, head_host=me.rank == 0)]
+    found = [*preflight.dir_findings(config.temp_dir, "temp", "--temp-dir (or TMPDIR)")]
+    if config.spill_dir is not None:
+        found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
+    found += preflight.port_range_findings(*network.PORT_RANGE)
+    found += preflight.neighbour_findings(me.comm.size)
+    found += fixed
+    if log_dir_shared is False:
+        path = me.session.job_dir(config.log_dir)
+        found.append(Finding(WARN, "log_dir_not_shared", f"the log dir {path.resolve()} here is not rank 0's (its marker "
+                             f"is not there): this host's ranks write their logs there, and `mpiray logs` on rank 0's "
+                             f"host sees only the others", "give --log-dir a directory on a file system every node "
+                             "mounts (an absolute path)"))
+    return found
+
+
+def hello(me: Rank) -> dict:
+    """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found."""
+    marker = getattr(me.session, "marker", "")
+    shared = (me.session.job_dir(me.config.log_dir) / marker).exists() if marker else None
+    return {"host": me.host, "log": str(me.log.path), "versions": versions(me),
+            "findings": [asdict(f) for f in host_findings(me, shared)]}
+
+
+def make_marker(me: Rank) -> str:
+    """Rank 0's marker in the job's log dir (its name goes out in the session)."""
+    name = f"{MARKER_PREFIX}{os.urandom(4).hex()}"
+    try:
+        (me.session.job_dir(me.config.log_dir) / name).touch()
+    except OSError:
+        return ""
+    return name
+
+
+def remove_marker(me: Rank) -> None:
+    marker = getattr(me.session, "marker", "") if me.session else ""
+    if marker:
+        (me.session.job_dir(me.config.log_dir) / marker).unlink(missing_ok=True)
+
+
+def gather(me: Rank) -> dict[int, dict]:
+    """rank 0: every worker's HELLO (rank -> payload), before its own `ray start` goes; fewer where some did not
+    come within --startup-timeout (the caller names them)."""
+    hellos: dict[int, dict] = {}
+    deadline = Deadline.since(me.started, me.config.startup_timeout)
+    while len(hellos) < me.comm.size - 1:
+        message = me.comm.poll(tag=HELLO)
+        if message is None:
+            if deadline.expired():
+                break
+            me.check()
+            time.sleep(STARTUP_POLL)
+            continue
+        source, _, payload = message
+        hellos[source] = payload
+        me.log.event("worker_waiting", peer=source, peer_host=payload["host"], log=payload["log"])
+    remove_marker(me)  # every host has looked
+    return hellos
+
+
+def judge(me: Rank, hellos: dict[int, dict]) -> None:
+    """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal."""
+    own = {"host": me.host, "versions": versions(me), "findings": [asdict(f) for f in host_findings(me, True)]}
+    every = {0: own, **hellos}
+    groups: dict[tuple, list[int]] = {}
+    for rank, payload in sorted(every.items()):
+        groups.setdefault(tuple(sorted(payload["versions"].items())), []).append(rank)
+    rows, lines = [], []
+    for ranks in sorted(groups.values(), key=len, reverse=True):
+        hosts = sorted({every[r]["host"] for r in ranks})
+        found = every[ranks[0]]["versions"]  # in ORDER
+        rows.append({"hosts": hosts, "ranks": ranks, "versions": found})
+        lines.append(f"{_where(hosts, ranks)}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+        print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
+    me.log.event("preflight", groups=rows, summary=" / ".join(lines))
+    findings = [(every[rank]["host"], Finding(**f)) for rank, payload in sorted(every.items())
+                for f in payload["findings"]]
+    for host, finding in findings:
+        if finding.level in (WARN, FIXED):
+            me.log.event("preflight_warning" if finding.level == WARN else "preflight_fixed", check=finding.check,
+                         host=host, message=finding.message, fix=finding.fix)
+    refused = [(host, f) for host, f in findings if f.level == REFUSE]
+    if len(rows) > 1:
+        raise LaunchError(_skew(rows), exit_code=2, cause="version_skew")
+    if refused:
+        host, first = refused[0]
+        others = f" (and {len(refused) - 1} more: see the log)" if len(refused) > 1 else ""
+        raise LaunchError(f"on {host}: {first.message}; {first.fix}{others}", exit_code=2, cause=first.check)
+
+
+def _skew(rows: list[dict]) -> str:
+    """What differs between the groups, with where, and the fix."""
+    names = sorted({name for row in rows for name in row["versions"]})
+    differing = [name for name in names if len({row["versions"].get(name, "none") for row in rows}) > 1]
+    parts = []
+    for name in differing:
+        parts.append(f"{name} " + " but ".join(f"{row['versions'].get(name, 'none')} on {_where(row['hosts'], row['ranks'])}"
+                                               for row in rows))
+    return ("ranks run different versions, refusing to start: " + "; ".join(parts) + ". Start every rank from the same "
+            "environment: the same venv, module or container on every node")
+
+
+def _where(hosts: list[str], ranks: list[int]) -> str:
+    shown = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    return f"{len(hosts)} host{'s' * (len(hosts) != 1)} ({shown}; ranks {_ranges(ranks)})"
+
+
+def _ranges(numbers: list[int]) -> str:
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)

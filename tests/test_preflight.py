@@ -1,0 +1,161 @@
+"""The pre-flight and the spill dir for real, where this machine can make the condition: a temp dir in RAM (a
+warning), a full spill file system (a refusal, nothing of Ray started), ranks of another environment (a refusal
+naming both), an open-file soft limit of 256 (raised: the raylet runs with the hard limit), a log dir each host
+has its own of (a warning, on the Slurm testbed), and a driver that spills three times its object store on three
+hosts (its files under the spill dir while it runs, nothing after), on this Ray and on Ray 2.52."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from helpers import (
+    BIN,
+    JOB_TIMEOUT_S,
+    PYTHON,
+    ROOT,
+    START_RAY,
+    driver_report,
+    last_event,
+    launch,
+    launcher_argv,
+    new_job_id,
+    rank_events,
+)
+
+pytestmark = pytest.mark.slow
+SPILLER = ROOT / "tests" / "drivers" / "spiller.py"
+OLDEST = ROOT / ".envs" / "ray-2.52" / "bin" / "python"
+STORE = 80 * 2**20  # the object store of each node: Ray's least is 75 MiB
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs: needs root")
+
+
+@contextmanager
+def tmpfs(size: str):
+    """A small RAM file system of its own, mounted for the test (root), unmounted after."""
+    point = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)], check=True, timeout=30)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
+        point.rmdir()
+
+
+@needs_root
+def test_a_temp_dir_in_ram_is_a_warning_and_the_job_runs(tmp_path):
+    with tmpfs("256m") as ram:
+        run = launch(tmp_path, 1, ["--temp-dir", str(ram)], driver=[PYTHON, "-c", "pass"], tag="ramtemp")
+    assert run.returncode == 0, run.stderr[-3000:]
+    warned = [r["fields"] for r in run.events(0) if r["event"] == "preflight_warning"]
+    assert [w["check"] for w in warned] == ["dir_ram"] and str(ram) in warned[0]["message"]
+    assert "warning: pre-flight on" in run.stderr  # said where the user looks, once
+
+
+@needs_root
+def test_a_spill_file_system_96_percent_full_is_refused_before_any_ray_starts(tmp_path):
+    with tmpfs("20m") as small:
+        with open(small / "ballast", "wb") as ballast:  # 96% of it
+            ballast.write(b"\0" * int(20 * 2**20 * 0.96))
+        run = launch(tmp_path, 2, ["--spill-dir", str(small)], driver=[PYTHON, "-c", "pass"], tag="spillfull")
+        leftovers = sorted(p.name for p in small.iterdir())
+    assert run.returncode == 2, run.stderr[-3000:]
+    failed = run.event(0, "failed")
+    assert failed["cause"] == "dir_full" and f"the spill dir {small} is 96% full of bytes" in failed["message"]
+    for rank in (0, 1):
+        names = [r["event"] for r in run.events(rank)]
+        assert "node_pids" not in names and "head_alive" not in names  # no `ray start` ran
+    assert not list(run.job_dir.glob("*.ray.log")) or all(
+        "ray start" not in p.read_text() for p in run.job_dir.glob("*.ray.log"))
+    assert leftovers == ["ballast"]  # and no spill dir made on a refused job's host
+
+
+@pytest.mark.skipif(not OLDEST.exists(), reason="needs .envs/ray-2.52 (bash tests/envs.sh ray-2.52 --build-only)")
+def test_ranks_of_another_environment_are_refused_naming_both_and_nothing_starts(tmp_path):
+    """An MPMD mpirun: rank 1 from another venv (Ray 2.52), as a job whose compute nodes have another environment."""
+    job_id = new_job_id("skew")
+    common = [str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--job-id", job_id, "--", PYTHON, "-c", "pass"]
+    argv = [str(BIN / "mpirun"), "-np", "1", PYTHON, *common, ":", "-np", "1", str(OLDEST), *common]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 2, result.stderr[-3000:]
+    job_dir = tmp_path / "logs" / job_id
+    failed = last_event(job_dir, 0, "failed")
+    assert failed["cause"] == "version_skew"
+    assert "ray 2.60" in failed["message"] and "but 2.52.0 on 1 host" in failed["message"] and "ranks 1)" in \
+        failed["message"]
+    for rank in (0, 1):
+        assert "node_pids" not in [r["event"] for r in rank_events(job_dir, rank)]
+
+
+def test_the_open_file_soft_limit_is_raised_for_ray_to_the_hard_limit(tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard limit here is {hard}")
+    probe = ("import json, os, psutil; rank0 = psutil.Process(os.getppid()); "
+             "raylets = [p for p in rank0.children(recursive=True) if p.name() == 'raylet']; "
+             "print('LIMITS ' + json.dumps([p.rlimit(psutil.RLIMIT_NOFILE) for p in raylets]))")
+    argv = ["bash", "-c", 'ulimit -Sn 256 && exec "$@"', "bash",
+            *launcher_argv(1, ["--log-dir", str(tmp_path / "logs"), "--job-id", new_job_id("nofile")],
+                           [PYTHON, "-c", probe])]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    limits = driver_report(result.stdout, "LIMITS", result.stderr)
+    assert limits and all(limit == [hard, hard] for limit in limits), limits
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    fixed = [r["fields"] for r in rank_events(job_dir, 0) if r["event"] == "preflight_fixed"]
+    assert fixed and "soft limit 256 raised" in fixed[0]["message"]
+
+
+@pytest.mark.slurm
+def test_a_log_dir_each_host_has_its_own_is_a_warning_naming_where_the_logs_are(slurm_testbed, jobs, tmp_path):
+    """A relative --log-dir from a different directory on each host, as a node-local cwd makes it."""
+    bed = slurm_testbed
+    for node in bed.node_names:
+        (tmp_path / node).mkdir()
+    result = bed.run(["srun", f"--job-name={jobs.name}", "-N3", "-n3", "--cpus-per-task=2", "--mpi=pmi2", "bash", "-c",
+                      f'cd {tmp_path}/$(hostname) && exec "$@"', "bash", PYTHON, str(START_RAY), "--log-dir", "logs",
+                      "--", PYTHON, "-c", "pass"], timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (job_dir,) = (tmp_path / bed.node_names[0] / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    warned = [r["fields"] for r in rank_events(job_dir, 0) if r["event"] == "preflight_warning"]
+    assert sorted(w["host"] for w in warned if w["check"] == "log_dir_not_shared") == bed.node_names[1:]
+    assert all(f"{tmp_path}/{w['host']}/logs" in w["message"] for w in warned if w["check"] == "log_dir_not_shared")
+    jobs.wait_until_gone(job_dir.name)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("python", [PYTHON, pytest.param(str(OLDEST), id="ray-2.52", marks=pytest.mark.skipif(
+    not OLDEST.exists(), reason="needs .envs/ray-2.52"))])
+def test_a_driver_that_spills_three_times_its_store_on_three_hosts_leaves_nothing(slurm_testbed, jobs, tmp_path,
+                                                                                    python):
+    """--spill-dir on the testbed's shared file system: every node spills below the job's dir there (Ray adds
+    each node's id), which is gone at the end. On Ray 2.52 every worker node spills to the head's path: the same."""
+    bed = slurm_testbed
+    root = tmp_path / "spill"
+    result = bed.run(["srun", f"--job-name={jobs.name}", "-N3", "-n3", "--cpus-per-task=2", "--mpi=pmi2",
+                      f"--chdir={tmp_path}", python, str(START_RAY), "--log-dir", str(tmp_path / "logs"),
+                      "--spill-dir", str(root), "--object-store-memory", str(STORE), "--", python, str(SPILLER),
+                      str(root), str(STORE >> 20)], timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    spilled = driver_report(result.stdout, "SPILLED", result.stderr)
+    assert spilled["nodes"] == 3 and spilled["node_dirs"] == 3 and spilled["files"] >= 3, spilled
+    assert list(root.iterdir()) == []  # the job's spill dir, and every node's objects, removed
+    jobs.wait_until_gone(job_dir.name)
+
+
+def test_the_dry_run_runs_the_pre_flight_too(tmp_path):
+    run = launch(tmp_path, 2, ["--dry-run"], tag="dryflight")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "mpiray: pre-flight: 1 host" in run.stdout and f"python {sys.version.split()[0]}" in run.stdout
+    assert run.event(0, "preflight")["groups"][0]["ranks"] == [0, 1]
