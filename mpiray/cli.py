@@ -11,6 +11,7 @@ every task with exit code 2 before MPI starts, and only the job's first task say
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -20,11 +21,8 @@ from typing import Callable, Sequence
 
 from mpiray import __version__
 from mpiray.config import DEFAULT_DRIVER, Config
-from mpiray.elastic import attach, dashboard, listing
 from mpiray.errors import ConfigError
 from mpiray.leaders.command import CommandLeader
-from mpiray.leaders.stay import StayLeader
-from mpiray.logs import report
 from mpiray.options import first_task, parse_args, say
 from mpiray.rank import life
 
@@ -43,8 +41,19 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
         say(os.environ, "error", str(error))
         quiet_exit_delay(os.environ)
         return error.exit_code
-    leader = StayLeader() if config.join and not config.driver else CommandLeader(config.driver)
+    if config.join and not config.driver:
+        from mpiray.leaders.stay import StayLeader  # a joining job's alone: off every other rank's start
+
+        leader = StayLeader()
+    else:
+        leader = CommandLeader(config.driver)
     return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
+
+
+def entry(module: str) -> Callable[[Sequence[str]], int]:
+    """A command's main, imported when the command runs: `mpiray run`, which every rank of a job runs, pays
+    for none of the others' imports (measured: `--dry-run` at 64 ranks, tests/benchmarks/bench_preflight.py)."""
+    return lambda argv: importlib.import_module(module).main(argv)
 
 
 # Each command: what it does (one line of the overview), an example, and its entry point.
@@ -52,13 +61,13 @@ COMMANDS: dict[str, tuple[str, str, Callable[[Sequence[str]], int]]] = {
     "run": ("start a Ray cluster over this job's MPI ranks, run a driver on rank 0, exit with its code",
             "mpirun -np 4 mpiray run -- python my_driver.py", run),
     "logs": ("explain a job from its rank logs: the cluster, the start-up, why it failed and the fix",
-             "mpiray logs 4711", report.main),
+             "mpiray logs 4711", entry("mpiray.logs.report")),
     "list": ("your running clusters (from the registry): nodes, CPUs, GPUs, time left",
-             "mpiray list", listing.main),
+             "mpiray list", entry("mpiray.elastic.listing")),
     "attach": ("run a driver against your running cluster, from a login node or another job",
-               "mpiray attach 4711 -- python evaluate.py", attach.main),
+               "mpiray attach 4711 -- python evaluate.py", entry("mpiray.elastic.attach")),
     "dashboard": ("the ssh tunnel to a running cluster's Ray dashboard, and how to log in to it",
-                  "mpiray dashboard 4711", dashboard.main),
+                  "mpiray dashboard 4711", entry("mpiray.elastic.dashboard")),
 }
 
 

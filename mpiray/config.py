@@ -45,3 +45,14 @@ class Config:
     worker_gpus: int | None = None  # GPUs of a worker job's node (default: 0)
     learner_slots: int | None = None  # mpiray_learner_slot per Ray node (default: its GPUs, else 1)
     worker_pending_limit: float | None = None  # seconds a worker job may be queued (default: as long as Ray wants it)
+
+
+def parse_bounds(text: str) -> tuple[int, int]:
+    """'1:3' -> (1, 3): the fewest and the most Ray nodes of the cluster, its own included."""
+    low, sep, high = text.partition(":")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise ValueError(f"not MIN:MAX: {text!r} (e.g. 1:8: at least 1 node, at most 8)")
+    low_n, high_n = int(low), int(high)
+    if not 1 <= low_n <= high_n:
+        raise ValueError(f"{text!r}: MIN must be at least 1 and at most MAX")
+    return low_n, high_n

@@ -39,3 +39,7 @@ class Interrupted(LaunchError):
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}", 128 + signum)
         self.signum = signum
+
+
+class CommandFailed(Exception):
+    """A scheduler's command (sbatch, qsub, qstat, ...) failed or did not answer; the message has its words."""

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from mpiray.batch import environment
-from mpiray.config import DEFAULT_DRIVER, Config
-from mpiray.elastic.autoscale import parse_bounds
+from mpiray.config import DEFAULT_DRIVER, Config, parse_bounds
 from mpiray.errors import ConfigError
 from mpiray.raynode import commands, private, raycompat
 

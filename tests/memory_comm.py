@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import time
 from collections import deque
 from typing import Any, Callable
 
@@ -102,8 +101,7 @@ class MemoryComm:
     def flush(self, timeout: float) -> None:
         pass  # sends complete at once
 
-    def drain(self, quiet: float = 0.05, timeout: float = 2.0) -> int:
-        time.sleep(quiet)
+    def drop_pending(self) -> int:
         with self.world.lock:
             dropped = len(self.world.queues[self.rank])
             self.world.queues[self.rank].clear()

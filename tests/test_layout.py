@@ -27,6 +27,13 @@ DEFERRED = {
     ("mpiray.rank.life", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray.library", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray", "mpiray.library"): "`import mpiray` stays cheap for helper processes and scripts",
+    # What one kind of job needs, off the start of every rank of every job (--dry-run at 64 ranks: bench_preflight.py)
+    ("mpiray.rank.head", "mpiray.elastic.autoscale"): "an elastic cluster's alone",
+    ("mpiray.rank.head", "mpiray.elastic.registry"): "a running cluster's rank 0 alone (not its workers, not a dry run)",
+    ("mpiray.rank.batchjob", "mpiray.batch.pbs"): "a PBS job's rank 0 alone",
+    ("mpiray.rank.life", "mpiray.rank.joiner"): "a joining job's rank 0 alone",
+    ("mpiray.cli", "mpiray.leaders.stay"): "a joining job's rank 0 alone",
+    ("mpiray.leaders.command", "mpiray.logs.tee"): "rank 0's alone, once its driver runs",
 }
 MAX_TOP_MODULES = 12
 

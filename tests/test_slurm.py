@@ -187,7 +187,7 @@ def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_pa
 @pytest.mark.slurm
 def test_a_lone_failing_rank_ends_the_job_within_seconds(slurm_testbed, jobs, tmp_path, capsys, request):
     # Rank 3 alone fails (a missing temp dir root). Once, the others then waited forever in
-    # MPI_Finalize's PMI barrier for it, and srun never returned (see mpi.Comm.drain). The issue saw
+    # MPI_Finalize's PMI barrier for it, and srun never returned (see teardown.drain). The issue saw
     # it at 8 ranks per host, as here.
     wrapper = (f'if [ "$SLURM_PROCID" = 3 ]; then export MPIRAY_TEMP_DIR=/nonexistent-mpiray-root; fi; '
                f'exec {shlex.quote(PYTHON)} {shlex.quote(str(START_RAY))} --log-dir {shlex.quote(str(tmp_path / "logs"))} '

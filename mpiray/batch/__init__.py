@@ -2,13 +2,7 @@
 tables) and the worker jobs an elastic cluster submits (jobs.py: one interface, BatchSystem, with a back
 end per scheduler in slurm.py and pbs.py).
 
-    SYSTEMS["slurm"]() / SYSTEMS["pbs"]()   -> a BatchSystem: script, submit, states, cancel
+    systems.SYSTEMS["slurm"]() / systems.SYSTEMS["pbs"]()   -> a BatchSystem: script, submit, states, cancel
+
+Importing the package imports none of them: every rank reads environment.py, only an elastic cluster the rest.
 """
-
-from __future__ import annotations
-
-from mpiray.batch.jobs import BatchSystem
-from mpiray.batch.pbs import Pbs
-from mpiray.batch.slurm import Slurm
-
-SYSTEMS: dict[str, type[BatchSystem]] = {"slurm": Slurm, "pbs": Pbs}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from mpiray.errors import CommandFailed
 from mpiray.package import module_command
 
 COMMAND_TIMEOUT = 30.0
@@ -76,10 +77,6 @@ def script_body(job: WorkerJob) -> list[str]:
     if job.setup:
         body.append(job.setup)
     return body
-
-
-class CommandFailed(Exception):
-    """A scheduler's command (sbatch, qsub, qstat, ...) failed or did not answer; the message has its words."""
 
 
 def run_command(argv: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -20,8 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mpiray import package
-from mpiray.batch import SYSTEMS
 from mpiray.batch.jobs import GONE, WorkerJob
+from mpiray.batch.systems import SYSTEMS
+from mpiray.config import parse_bounds
 from mpiray.elastic.registry import Registry, private_root
 from mpiray.errors import ConfigError, LaunchError
 
@@ -61,17 +62,6 @@ def save(path: Path, state: dict) -> None:
 def active_jobs(state: dict) -> dict[str, str]:
     """node id -> batch job id of every worker job of the provider's state not known to have ended."""
     return {node: job["job"] for node, job in state.get("jobs", {}).items() if job["state"] != GONE}
-
-
-def parse_bounds(text: str) -> tuple[int, int]:
-    """'1:3' -> (1, 3): the fewest and the most Ray nodes of the cluster, its own included."""
-    low, sep, high = text.partition(":")
-    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
-        raise ValueError(f"not MIN:MAX: {text!r} (e.g. 1:8: at least 1 node, at most 8)")
-    low_n, high_n = int(low), int(high)
-    if not 1 <= low_n <= high_n:
-        raise ValueError(f"{text!r}: MIN must be at least 1 and at most MAX")
-    return low_n, high_n
 
 
 class Autoscale:

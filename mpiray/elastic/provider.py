@@ -46,8 +46,8 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-from mpiray.batch import SYSTEMS
 from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob
+from mpiray.batch.systems import SYSTEMS
 from mpiray.elastic.autoscale import HEAD_TYPE, STATIC_TYPE, WORKER_TYPE, active_jobs, load, save
 from mpiray.logs.events import RankLog
 

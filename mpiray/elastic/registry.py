@@ -203,6 +203,8 @@ class Published:
     """A cluster's own entry while it runs: written once it is up, its heartbeat renewed, withdrawn at its
     end. A registry that cannot be written (a read-only home) costs only --join and attach: said once."""
 
+    heartbeat_s = HEARTBEAT_S
+
     def __init__(self, registry: Registry, entry: Entry):
         self.registry, self.entry = registry, entry
 

@@ -18,8 +18,6 @@ import socket
 import zlib
 from dataclasses import dataclass, field
 
-import psutil
-
 from mpiray.errors import ConfigError
 
 # A documentation address (RFC 5737): connecting a UDP socket to it sends nothing but asks the
@@ -29,6 +27,8 @@ _PROBE_ADDRESS = "192.0.2.1"
 
 def interface_addresses() -> dict[str, str]:
     """Interface name -> its first IPv4 address, for interfaces that are up."""
+    import psutil  # at its first use: a rank's start (a dry run's) needs none of it
+
     stats = psutil.net_if_stats()
     found = {}
     for name, addrs in psutil.net_if_addrs().items():
@@ -43,6 +43,8 @@ def interface_addresses() -> dict[str, str]:
 
 def interface_holding(address: str) -> str | None:
     """The name of the (up) interface that holds the IPv4 address, or None."""
+    import psutil
+
     stats = psutil.net_if_stats()
     for name, addrs in psutil.net_if_addrs().items():
         if name in stats and not stats[name].isup:

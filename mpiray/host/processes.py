@@ -22,12 +22,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Mapping, Sequence
-
-import psutil
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.host import guard
+
+if TYPE_CHECKING:
+    import psutil
 
 KILL_WAIT = 10.0  # the most teardown waits for SIGKILLed processes to be gone
 _PR_SET_PDEATHSIG = 1
@@ -156,6 +157,8 @@ class StopReport:
 
 
 def _descendants(keep: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    import psutil  # at its first use: a rank's start (a dry run's) needs none of it
+
     try:
         return [proc for proc in psutil.Process().children(recursive=True) if proc.pid not in keep]
     except psutil.Error:
@@ -169,6 +172,8 @@ def descendant_pids(keep: frozenset[int] = frozenset()) -> list[int]:
 
 def listening_ports(pids) -> dict[str, list[int]]:
     """The TCP ports these processes listen on, by process name ('raylet': [25201, 25202], ...)."""
+    import psutil
+
     found: dict[str, set[int]] = {}
     for pid in pids:
         try:
@@ -193,6 +198,8 @@ def _reap_zombies() -> None:
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    import psutil
+
     alive = []
     for proc in procs:
         try:
@@ -204,6 +211,8 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def _send(procs: list[psutil.Process], signum: int) -> None:
+    import psutil
+
     for proc in procs:
         try:
             proc.send_signal(signum)
@@ -220,6 +229,8 @@ def stop_descendants(
     (~1 s), whereas raylet hangs for over 15 s once its agents were signalled before it.
     Call only once no child's exit status is still needed (it reaps whatever has exited).
     """
+    import psutil
+
     started = time.monotonic()
     deadline = Deadline.after(grace)
     seen = {proc.pid for proc in _alive(_descendants(keep))}

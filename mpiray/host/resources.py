@@ -12,8 +12,6 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
-import psutil
-
 from mpiray.batch import environment
 from mpiray.host import network
 
@@ -28,8 +26,9 @@ class HostView:
     hostname: str
     affinity: tuple[int, ...]
     memory: int  # bytes this job may use on the host
-    shm: int  # bytes of /dev/shm
+    shm: int  # bytes of /dev/shm free now (what Ray compares its store with: stale MPI segments count against it)
     gpu_ids: tuple[str, ...] = field(default=())
+    shm_total: int = 0  # bytes of /dev/shm in all
 
 
 @dataclass(frozen=True)
@@ -69,21 +68,22 @@ def visible_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
     environ = os.environ if environ is None else environ
-    memory = psutil.virtual_memory().total
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # MemTotal, as psutil's, without its import
     for limit in (_cgroup_memory_limit(), environment.detect(environ).memory):
         if limit:
             memory = min(memory, limit)
     try:
-        fs = os.statvfs("/dev/shm")  # shutil.disk_usage's total, without shutil's imports
-        shm = fs.f_blocks * fs.f_frsize
+        fs = os.statvfs("/dev/shm")  # shutil.disk_usage's, without shutil's imports
+        shm, shm_total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
     except OSError:
-        shm = 0
+        shm = shm_total = 0
     return HostView(
         hostname=socket.gethostname(),
         affinity=tuple(sorted(os.sched_getaffinity(0))),
         memory=memory,
         shm=shm,
         gpu_ids=visible_gpus(environ),
+        shm_total=shm_total,
     )
 
 
@@ -142,8 +142,8 @@ def rank_share(
     store = object_store_memory or int(memory * OBJECT_STORE_FRACTION)
     if store > shm_share and object_store_memory is None:
         notes.append(
-            f"object store {store >> 20} MiB does not fit this rank's share of /dev/shm "
-            f"({shm_share >> 20} MiB): using {shm_share >> 20} MiB"
+            f"object store {store >> 20} MiB does not fit this rank's share of /dev/shm's free space "
+            f"({shm_share >> 20} MiB of {own.shm >> 20} MiB free, of {own.shm_total >> 20} MiB): using {shm_share >> 20} MiB"
         )
         store = shm_share
     return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity)
@@ -188,7 +188,7 @@ def check_object_store(object_store_memory: int | None, view: HostView, parts: i
     """The problem with an explicit --object-store-memory on this host, if any."""
     if object_store_memory is None:
         return None
-    for what, limit in (("memory", view.memory), ("/dev/shm", int(view.shm * SHM_HEADROOM))):
+    for what, limit in (("memory", view.memory), ("/dev/shm's free space", int(view.shm * SHM_HEADROOM))):
         if object_store_memory * parts > limit:
             return (
                 f"--object-store-memory {object_store_memory >> 20} MiB x {parts} Ray nodes on "
@@ -207,7 +207,7 @@ def plan_shares(config, views: list[HostView], leader_is_rank0: bool, cpus_per_t
     if config.ray_node_per == "host":
         merged = HostView(
             views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
-            views[0].memory, views[0].shm, views[0].gpu_ids,
+            views[0].memory, views[0].shm, views[0].gpu_ids, views[0].shm_total,
         )
         views, idle = [merged], len(views) - 1
     shares: list[Share | None] = []

@@ -15,7 +15,6 @@ from mpiray import package
 from mpiray.errors import ConfigError
 from mpiray.host import processes
 from mpiray.logs.files import driver_log_path
-from mpiray.logs.tee import Tee
 from mpiray.rank.messages import Cluster
 from mpiray.rank.state import Rank
 
@@ -28,7 +27,7 @@ class CommandLeader:
     def __init__(self, command: Sequence[str]):
         self.command = list(command)
         self.proc: subprocess.Popen | None = None
-        self.tee: Tee | None = None
+        self.tee = None  # logs.tee.Tee: the driver's output into driver.log
         self.me = None
 
     def start(self, me: Rank, cluster: Cluster) -> None:
@@ -45,6 +44,8 @@ class CommandLeader:
             raise ConfigError(f"cannot start the driver {self.command}: {error.strerror}",
                               cause="driver_not_found") from None
         me.log.event("driver_started", pid=self.proc.pid, command=" ".join(self.command), output=str(out_path))
+        from mpiray.logs.tee import Tee  # rank 0's alone, once its driver runs: off every rank's start
+
         self.tee = Tee.to_file(out_path)
         self.tee.pump(self.proc.stdout, sys.stdout.buffer)
         self.tee.pump(self.proc.stderr, sys.stderr.buffer)

@@ -12,10 +12,14 @@ would kill it.
 
 from __future__ import annotations
 
-from mpiray.batch import pbs
-from mpiray.batch.jobs import CommandFailed
+from typing import TYPE_CHECKING
+
 from mpiray.config import Config
+from mpiray.errors import CommandFailed
 from mpiray.rank.state import Rank
+
+if TYPE_CHECKING:
+    from mpiray.batch import pbs
 
 WALLTIME_TEARDOWN = 30.0  # seconds after the driver's grace: Ray's stop (<= 5 s), the logs, MPI_Finalize
 QDEL_TEARDOWN = 5.0  # after a qdel'ed driver's grace: Ray's stop, before PBS's SIGKILL
@@ -28,6 +32,8 @@ def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
     me.ends_at, me.restart = env.ends_at, env.restart
     if env.scheduler != "pbs" or not env.scheduler_job_id:
         return
+    from mpiray.batch import pbs  # a PBS job's alone: off every other rank's start
+
     try:
         facts = pbs.query(env.scheduler_job_id)
     except CommandFailed as error:  # qstat not on this node, or the server slow: the job goes on without
@@ -49,12 +55,14 @@ def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
                      job_hosts=list(facts.hosts), cause="ranks_outside_job")
 
 
-def check_kill_delay(me: Rank, facts: pbs.JobFacts) -> None:
+def check_kill_delay(me: Rank, facts: "pbs.JobFacts") -> None:
     """One rule for the driver's grace under PBS: the walltime stop gives it all of --stop-grace (mpiray
     keeps that deadline itself); a qdel gives it only the queue's kill_delay, which mpiray cannot change,
     so a grace longer than that is said once, at the start, with what it means."""
     if not facts.queue:
         return
+    from mpiray.batch import pbs
+
     try:
         delay = pbs.kill_delay(facts.queue)
     except CommandFailed as error:

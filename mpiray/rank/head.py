@@ -18,11 +18,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from typing import TYPE_CHECKING
 
 from mpiray.batch import environment
 from mpiray.deadline import Deadline, poll_until
-from mpiray.elastic.autoscale import Autoscale
-from mpiray.elastic.registry import HEARTBEAT_S, Published
 from mpiray.errors import ConfigError, LaunchError, StartupTimeout
 from mpiray.host import network
 from mpiray.logs import progress
@@ -45,6 +44,10 @@ from mpiray.rank.messages import (
 from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank
+
+if TYPE_CHECKING:
+    from mpiray.elastic.autoscale import Autoscale
+    from mpiray.elastic.registry import Published
 
 
 class WorkerFailed(LaunchError):
@@ -144,6 +147,8 @@ class Head:
 
         autoscaling = ""
         if config.autoscale and not config.dry_run:
+            from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
+
             self.autoscale = Autoscale(me, job_id, me.session.job_dir(config.log_dir))
             autoscaling = self.autoscale.write_config(share)
         spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
@@ -163,6 +168,8 @@ class Head:
 
     def publish(self, cluster: Cluster) -> None:
         """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
+        from mpiray.elastic.registry import Published  # a running cluster's, not every rank's (nor a dry run's)
+
         self.published = Published.head(self.me, cluster)
 
     def lost(self) -> tuple[str, dict, int] | None:
@@ -175,7 +182,7 @@ class Head:
 
     def tick(self) -> None:
         """While the leader runs: the registry's heartbeat."""
-        if self.published is not None and time.monotonic() - self.beat > HEARTBEAT_S:
+        if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
             self.beat = time.monotonic()
             self.published.beat(self.me)
 

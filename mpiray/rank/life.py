@@ -28,7 +28,6 @@ from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import walltime_stop
 from mpiray.rank.head import Head
-from mpiray.rank.joiner import Joiner
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
@@ -47,7 +46,12 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     MPI_Init (early_log).
     """
     me = setup(config, comm, stop, log)
-    role = Worker(me) if me.rank else Joiner(me) if config.join else Head(me)
+    if me.rank == 0 and config.join:
+        from mpiray.rank.joiner import Joiner  # a joining job's rank 0 alone: off every other rank's start
+
+        role = Joiner(me)
+    else:
+        role = Worker(me) if me.rank else Head(me)
     code = outcome(me, lambda: drive(me, role, leader) if me.rank == 0 else role.serve())
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
     leave(me, code, process_ends)

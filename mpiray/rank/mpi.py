@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from array import array
 from typing import Any, Callable
 
@@ -103,30 +102,18 @@ class Comm:
 
         poll_until(sent, Deadline.after(timeout), self.poll_interval / 5)
 
-    def drain(self, quiet: float = 0.05, timeout: float = 2.0) -> int:
-        """Receive and drop every message still addressed to this rank; returns how many.
-
-        Call after the last barrier, right before finalize(). A rank that stopped on its own error
-        never reads some messages meant for it (rank 0's JOIN and CONTROL). MPICH's MPI_Finalize
-        then fails on MPI_COMM_WORLD ("being freed has N unmatched message(s)") before its closing
-        PMI barrier, which every other rank enters and never leaves: srun would never return.
-        Waits until no message came for `quiet` seconds (one sent just before the barrier may still
-        be on its way), at most `timeout`.
-        """
+    def drop_pending(self) -> int:
+        """Receive and drop the messages that are here now (none waited for); how many. teardown.drain calls it
+        after the last barrier, right before finalize(): a rank that stopped on its own error never reads some
+        messages meant for it (rank 0's JOIN and CONTROL), and MPICH's MPI_Finalize then fails on MPI_COMM_WORLD
+        ("being freed has N unmatched message(s)") before its closing PMI barrier, which every other rank enters
+        and never leaves: srun would never return."""
         dropped = 0
         status = MPI.Status()
-        deadline = Deadline.after(timeout)
-        quiet_until = Deadline.after(quiet)
-        while not deadline.expired():
-            if self.comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
-                size = status.Get_count(MPI.BYTE)  # raw bytes: nothing is unpickled
-                self.comm.Recv([bytearray(max(size, 1)), size, MPI.BYTE], status.Get_source(), status.Get_tag())
-                dropped += 1
-                quiet_until = Deadline.after(quiet)
-            elif quiet_until.expired():
-                break
-            else:
-                time.sleep(self.poll_interval / 10)
+        while self.comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+            size = status.Get_count(MPI.BYTE)  # raw bytes: nothing is unpickled
+            self.comm.Recv([bytearray(max(size, 1)), size, MPI.BYTE], status.Get_source(), status.Get_tag())
+            dropped += 1
         return dropped
 
     def split_by_host(self) -> Comm:
@@ -164,3 +151,4 @@ def _flush() -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
+

@@ -172,6 +172,7 @@ def write_manifest(me: Rank) -> None:
         token=f"sha256:{token}" if me.session.token else token,
         cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
         object_store=spec.share.object_store,
+        shm={"free_mib": me.view.shm >> 20, "total_mib": me.view.shm_total >> 20},
         phases={name: round(at - started, 3) for name, at in node.times.items()},
     )
 

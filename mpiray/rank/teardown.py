@@ -8,12 +8,15 @@ Ray does not drain a node it stops, until every worker's node has stopped).
 
 from __future__ import annotations
 
+import time
+
 from mpiray.deadline import Deadline
 from mpiray.rank.state import RAY_STOP_GRACE, Leader, Rank, Role
 from mpiray.raynode import raycompat, spill
 
 STOP_SIGNAL_RAY_GRACE = 2.0  # after scancel: Ray's processes got the signal too, and a raylet then hangs on SIGTERM
 MEET_MARGIN = 30.0  # seconds past --stop-grace that a rank waits for the others at the end
+DRAIN_QUIET, DRAIN_POLL = 0.05, 0.005  # the end: no message for this long, looked for this often
 
 
 def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
@@ -91,9 +94,21 @@ def meet(me: Rank) -> None:
         me.log.event("peer_missing")
 
 
-def drain(me: Rank) -> None:
-    # Every message for this rank was sent before the barrier. One left unread makes MPICH's
-    # MPI_Finalize fail before its PMI barrier, where all the other ranks would then wait forever.
-    dropped = me.comm.drain() + me.host_comm.drain()
+def drain(me: Rank, quiet: float = DRAIN_QUIET, timeout: float = 2.0) -> None:
+    """Drop every message still addressed to this rank (comm.drop_pending), on the world and the host's
+    communicator at once, until none came for `quiet` seconds (one sent just before the barrier may still be
+    on its way), at most `timeout`. Every message for this rank was sent before the barrier: one left unread
+    makes MPICH's MPI_Finalize fail before its PMI barrier, where all the other ranks would then wait forever."""
+    dropped = 0
+    deadline, quiet_until = Deadline.after(timeout), Deadline.after(quiet)
+    while not deadline.expired():
+        got = me.comm.drop_pending() + me.host_comm.drop_pending()
+        if got:
+            dropped += got
+            quiet_until = Deadline.after(quiet)
+        elif quiet_until.expired():
+            break
+        else:
+            time.sleep(DRAIN_POLL)
     if dropped:
         me.log.event("messages_dropped", count=dropped)

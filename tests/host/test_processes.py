@@ -22,6 +22,7 @@ from helpers import ROOT, alive_pids
 # both, prints the PIDs, then waits to be killed or told to release the guard.
 RANK = """
 import json, os, subprocess, sys, time
+import psutil
 from pathlib import Path
 from mpiray.host import processes
 from mpiray.raynode.private import PrivateDir
@@ -40,7 +41,7 @@ else:  # a group id whose leader has another start time: the id was recycled
     guard._say(f"group {group} 1")
 time.sleep(0.3)
 print(json.dumps({"node": node.pid, "guard": guard.proc.pid, "private": str(private.path),
-                  "group": [p.pid for p in processes.psutil.Process(node.pid).children()]}), flush=True)
+                  "group": [p.pid for p in psutil.Process(node.pid).children()]}), flush=True)
 if sys.stdin.readline().strip() == "release":
     guard.release()
     print("released", guard.proc.returncode, flush=True)

@@ -122,3 +122,13 @@ def test_a_node_left_only_the_head_cpu_keeps_its_own():
     assert rank_share(overlapping, 1, head_core=1).affinity == ()
     assert rank_share(overlapping, 2, head_core=1).affinity == (0,)
     assert rank_share(overlapping, 2, head_core=7).affinity == ()  # not this rank's CPU: nothing to leave
+
+
+def test_the_object_store_is_sized_from_dev_shms_free_space_not_its_size():
+    """Stale MPI segments (a SIGKILLed job's mpich_shm_*) take /dev/shm's space: Ray compares its store with the
+    free space and, short of it, moves the store to disk or refuses to start."""
+    stale = [HostView("h", (0,), 24 * GIB, 1 * GIB, (), shm_total=12 * GIB),
+             HostView("h", (1,), 24 * GIB, 1 * GIB, (), shm_total=12 * GIB)]
+    share = rank_share(stale, 0)
+    assert share.object_store == int(1 * GIB * 0.9) // 2  # 90% of what is free, split between the host's nodes
+    assert any("of 1024 MiB free, of 12288 MiB" in note for note in share.notes)
