@@ -27,6 +27,9 @@ started=$SECONDS
 .venv/bin/ruff check . || status=1
 .venv/bin/python -m pytest -m "not slow and not slurm and not train and not pbs" || status=$?
 echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
+# Ray 2.52's environment first: the real runs use it as "another environment" (ranks of other versions, a
+# joining job of another Ray, the spill dir on the oldest Ray), then it runs its own smoke set below.
+bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
 keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
 MPIRAY_KEEP_TESTBED=1 .venv/bin/python -m pytest -m "(slow or slurm or train) and not pbs" ||

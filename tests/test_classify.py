@@ -3,9 +3,10 @@ mpiray/logs/report/classify.py, whose pure tests are in tests/logs/report/test_c
 
 Causes provoked by the failure tests elsewhere, which check `mpiray logs` names them: port_in_use,
 startup_timeout (test_launcher.py, test_joblogs.py), socket_path_too_long, temp_dir, config,
-version_skew, head_lost (test_faults.py), time_limit, driver_failed, signal, driver_not_found
-(test_launcher.py), mpi_singletons (test_slurm.py), trainer_missing (test_launcher.py: said before
-MPI starts, so no log holds it). Here: mpi_init, out_of_memory, foreign_gcs, gcs_overloaded.
+head_lost (test_faults.py), version_skew, dir_full (test_preflight.py), time_limit, driver_failed,
+signal, driver_not_found (test_launcher.py), mpi_singletons (test_slurm.py), learner_node_lost
+(test_learners.py), ports_per_host (tests/rank/test_life.py), trainer_missing (test_launcher.py: said
+before MPI starts, so no log holds it). Here: mpi_init, out_of_memory, foreign_gcs, gcs_overloaded.
 """
 
 from __future__ import annotations

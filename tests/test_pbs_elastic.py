@@ -150,8 +150,8 @@ def test_a_worker_job_drains_before_its_walltime_and_is_replaced_while_demand_re
                                                                                      capsys, request):
     registry, _ = elastic
     template = pbs_jobs.workdir / "short-worker.sh"
-    # 100 s: the worker job's rank 0 drains its node --stop-grace (its default 30: a worker job runs no driver,
-    # the head's grace is not passed on) + 30 s before PBS would kill it.
+    # 100 s: the worker job's rank 0 drains its node --stop-grace (the head job's, passed on: 8 here) + 30 s
+    # before PBS would kill it.
     template.write_text(f"#PBS -l walltime=00:01:40\nsource {Path(PYTHON).parent / 'activate'}\n")
     marker = pbs_jobs.workdir / "enough"
     job_id = pbs_jobs.submit(JOBS / "pbs_elastic.sh", *ONE_HOST,
@@ -176,7 +176,7 @@ def test_a_worker_job_drains_before_its_walltime_and_is_replaced_while_demand_re
     assert pbs_testbed.wait_for_job(ended, 60)["Exit_status"] == 124
     (join_log,) = job_dir.glob(f"join-{short(ended)}-rank-0000.jsonl")
     near = [r for r in read_events(join_log) if r["event"] == "walltime_near"]
-    assert near and near[0]["fields"]["margin"] == 30 + 30
+    assert near and near[0]["fields"]["margin"] == 8 + 30
     at = {(r["event"], r["fields"].get("job")): r["time"] for r in read_events(job_dir / "autoscaler-rank-0000.jsonl")}
     show_timings(capsys, request, stopped_before_walltime=near[0]["fields"]["ends_at"] - near[0]["time"],
                  job_gone_to_replacement_joined=at["node_joined", replaced] - at["worker_job_ended", ended])

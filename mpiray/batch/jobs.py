@@ -39,6 +39,7 @@ class WorkerJob:
     directives: tuple[str, ...] = ()  # #SBATCH / #PBS lines of the template: partition, account, qos, walltime
     setup: str = ""  # the template's shell lines, run before the node starts (module loads, a venv's activate)
     env: dict = field(default_factory=dict)  # what the node needs: the registry's place, PYTHONPATH if mpiray needs it
+    stop_grace: float | None = None  # the head job's --stop-grace: a worker job drains as long before its walltime
 
     def name(self, node_id: int) -> str:
         return f"mpiray-{self.cluster}-w{node_id}"
@@ -48,7 +49,8 @@ class WorkerJob:
         resources = json.dumps({"NODE_ID_AS_RESOURCE": node_id})
         return [*launcher, *module_command("mpiray", self.python), "run", "--join", self.cluster,
                 "--num-cpus", str(self.cpus), "--num-gpus", str(self.gpus), "--resources", resources,
-                "--log-dir", str(Path(self.log_dir).parent)]
+                "--log-dir", str(Path(self.log_dir).parent),
+                *(["--stop-grace", f"{self.stop_grace:g}"] if self.stop_grace is not None else [])]
 
 
 class BatchSystem(Protocol):

@@ -101,7 +101,7 @@ class Autoscale:
         directives, setup = self._template()
         job = WorkerJob(cluster=self.job_id, python=sys.executable,
                               log_dir=str(self.job_dir), cpus=max(cpus, 1), gpus=gpus, directives=directives,
-                              setup=setup, env=env)
+                              setup=setup, env=env, stop_grace=config.stop_grace)
         static_workers = self.own_nodes - 1
         max_workers = self.high - self.own_nodes
         if max_workers < 0:

@@ -136,7 +136,7 @@ class Head:
         if config.port and not network.port_is_free(config.port):
             raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",
                               cause="port_in_use")
-        share, ports = split_host(me, job_id, job_id, gcs_port=config.port)
+        share, ports = split_host(me, job_id, gcs_port=config.port)
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")

@@ -9,10 +9,9 @@ from mpiray.errors import ConfigError, StartupTimeout
 from mpiray.host import network, resources
 from mpiray.rank.messages import LOCAL
 from mpiray.rank.state import Rank
-from mpiray.raynode import spill
 
 
-def split_host(me: Rank, job_id: str, cluster_job_id: str, gcs_port: int = 0):
+def split_host(me: Rank, job_id: str, gcs_port: int = 0):
     """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
@@ -21,7 +20,7 @@ def split_host(me: Rank, job_id: str, cluster_job_id: str, gcs_port: int = 0):
         if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
         views = [me.view] + [others[r] for r in range(1, host_comm.size)]
-        plans = _plan_for(me, views, job_id, gcs_port, cluster_job_id)
+        plans = _plan_for(me, views, job_id, gcs_port)
         for local, plan in enumerate(plans[1:], start=1):
             host_comm.send(plan, local, LOCAL)
         plan = plans[0]
@@ -35,19 +34,9 @@ def split_host(me: Rank, job_id: str, cluster_job_id: str, gcs_port: int = 0):
     return plan
 
 
-def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int, cluster_job_id: str) -> list:
-    """The local leader's plan for every rank of the host: (Share, NodePorts), (None, None), or (error, cause).
-    First the job's spill dir on this host: made before any of its nodes can start."""
+def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
+    """The local leader's plan for every rank of the host: (Share, NodePorts), (None, None), or (error, cause)."""
     config = me.config
-    if not config.dry_run:
-        root = config.spill_dir or config.temp_dir
-        try:
-            if config.spill_dir is not None:
-                spill.prepare(root)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
-            path = spill.job_spill_dir(root, cluster_job_id)
-            me.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=spill.make(path))
-        except ConfigError as error:
-            return [(str(error), error.cause)] * len(views)
     nodes = 1 if config.ray_node_per == "host" else len(views)
     problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
     if problem:

@@ -54,7 +54,7 @@ class Joiner(Head):
         if not gcs_answers(entry.gcs_address):
             raise LaunchError(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                               f"or this host cannot reach its host {entry.host}", exit_code=2, cause="no_such_cluster")
-        share, ports = split_host(me, own_job, entry.job_id)
+        share, ports = split_host(me, own_job)
         me.session = session
         me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)

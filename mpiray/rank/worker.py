@@ -36,7 +36,7 @@ class Worker:
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         log_context(me)
         me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
-        share, ports = split_host(me, session.ports_job_id, session.job_id)
+        share, ports = split_host(me, session.ports_job_id)
         if share is None:
             me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)

@@ -34,6 +34,14 @@ def test_a_slurm_worker_job_is_one_rank_that_joins_the_cluster_as_its_node(worke
     assert "token" not in script.lower()  # it comes from the registry, never through the script
 
 
+def test_a_worker_job_drains_with_the_head_jobs_stop_grace(worker_job):
+    """Under PBS a worker job drains --stop-grace + 30 s before its walltime: the head's grace, not the default."""
+    from dataclasses import replace
+
+    command = command_of(slurm.slurm_script(replace(worker_job, stop_grace=8.0), 7))
+    assert command[-2:] == ["--stop-grace", "8"]
+
+
 @pytest.mark.parametrize("state, expected", [
     ("PENDING", jobs.PENDING), ("CONFIGURING", jobs.PENDING), ("RUNNING", jobs.RUNNING),
     ("COMPLETING", jobs.RUNNING), ("COMPLETED", jobs.GONE), ("CANCELLED", jobs.GONE), ("", jobs.GONE),
