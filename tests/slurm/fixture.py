@@ -55,8 +55,9 @@ class Jobs:
         })
 
     def submit(self, script: Path, submit_dir: Path, env: dict[str, str], *options: str) -> str:
-        """sbatch the script from submit_dir on the testbed's partition; returns the job id."""
-        result = self.bed.run(
+        """sbatch the script from submit_dir on the testbed's partition, from its login host (as a user submits);
+        returns the job id."""
+        result = self.bed.login(
             ["sbatch", "--parsable", f"--job-name={self.name}", f"--partition={self.bed.partition}",
              *options, str(script)],
             env=env, cwd=submit_dir, timeout=60)
