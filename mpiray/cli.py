@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from mpiray import __version__
 from mpiray.config import DEFAULT_DRIVER, Config
-from mpiray.errors import ConfigError
+from mpiray.errors import ConfigError, TrainerMissing
 from mpiray.leaders.command import CommandLeader
 from mpiray.options import first_task, parse_args, say
 from mpiray.rank import life
@@ -122,7 +122,6 @@ def check_default_driver(config: Config) -> None:
     if ray is None or not any((Path(p) / "rllib").is_dir() for p in ray.submodule_search_locations or ()):
         missing.append("ray[rllib]")
     if missing:
-        raise ConfigError(
+        raise TrainerMissing(
             f"the default driver (python -m train: RLlib PPO on CartPole) needs {', '.join(missing)}, not "
-            f"installed here: pip install '.[train]' in the mpiray checkout (or give your own driver after '--')",
-            cause="trainer_missing")
+            f"installed here: pip install '.[train]' in the mpiray checkout (or give your own driver after '--')")

@@ -1,5 +1,9 @@
-"""Failures the launcher explains to the user, each with the exit code it ends with and, where known,
-its cause: a key of joblogs/classify.py's table, which says what to do about it."""
+"""Every failure the launcher explains to the user: one class per cause, each with the exit code it ends every
+rank with and its cause, a key of logs/report/classify.py's table (which says what to do about it). A raise
+site gives only the message; the class says the rest (tests/test_docs.py: one exit code per cause, and the exit
+code table of docs/options.md says the same)."""
+
+from __future__ import annotations
 
 
 class LaunchError(Exception):
@@ -10,7 +14,7 @@ class LaunchError(Exception):
 
     def __init__(self, message: str, exit_code: int | None = None, cause: str | None = None):
         super().__init__(message)
-        if exit_code is not None:
+        if exit_code is not None:  # a relay of another rank's failure (WorkerFailed) or a signal's code
             self.exit_code = exit_code
         if cause is not None:
             self.cause = cause
@@ -20,6 +24,9 @@ class LaunchError(Exception):
         return "failed", {"message": str(self), "cause": self.cause}
 
 
+# ---- bad input, said before any Ray node starts: exit code 2 ---------------------------------------------
+
+
 class ConfigError(LaunchError):
     """Bad input: an option, a path, an interface or a port the user gave."""
 
@@ -27,10 +34,118 @@ class ConfigError(LaunchError):
     cause = "config"
 
 
+class PortInUse(ConfigError):
+    cause = "port_in_use"
+
+
+class PortsPerHost(ConfigError):
+    cause = "ports_per_host"
+
+
+class SocketPathTooLong(ConfigError):
+    cause = "socket_path_too_long"
+
+
+class TempDirFailed(ConfigError):
+    """The rank's private dir could not be made under the temp dir."""
+
+    cause = "temp_dir"
+
+
+class DirUnwritable(ConfigError):
+    """The pre-flight: a temp or spill dir that cannot be written, or a spill dir that is not this user's."""
+
+    cause = "dir_unwritable"
+
+
+class DirFull(ConfigError):
+    cause = "dir_full"
+
+
+class DirOnNetwork(ConfigError):
+    cause = "dir_network"
+
+
+class VersionSkew(ConfigError):
+    """Ranks, a joining job or an attached driver that run other versions than the cluster."""
+
+    cause = "version_skew"
+
+
+class NoSuchCluster(ConfigError):
+    """The cluster is not in the registry, or its entry is stale (its job ended), or its GCS does not answer."""
+
+    cause = "no_such_cluster"
+
+
+class TrainerMissing(ConfigError):
+    cause = "trainer_missing"
+
+
+class DriverNotFound(ConfigError):
+    cause = "driver_not_found"
+
+
+# ---- the start-up failed: exit code 1 ----------------------------------------------------------------------
+
+
 class StartupTimeout(LaunchError):
     """A node did not come up within --startup-timeout."""
 
     cause = "startup_timeout"
+
+
+class WorkersMissing(StartupTimeout):
+    """Some workers did not report within --startup-timeout: missing is [{rank, host, log}]."""
+
+    def __init__(self, missing: list[dict], timeout: float):
+        text = "; ".join(f"rank {m['rank']} on {m['host']} (log: {m['log']})" if m["host"] else
+                         f"rank {m['rank']} (never received the session; host unknown)" for m in missing)
+        super().__init__(f"{len(missing)} worker(s) did not join within --startup-timeout {timeout:g} s: {text}")
+        self.fields = {"missing": missing, "missing_count": len(missing), "missing_text": text, "timeout": timeout,
+                       "cause": self.cause}
+
+    def event(self) -> tuple[str, dict]:
+        return "startup_timeout", self.fields
+
+
+class MpiSingletons(LaunchError):
+    """The launcher started N tasks, but MPI sees a world of one in each."""
+
+    cause = "mpi_singletons"
+
+
+class ForeignGcs(LaunchError):
+    """A node reached a GCS that is not its cluster's, or that refused its token."""
+
+    cause = "foreign_gcs"
+
+
+class NodeStartFailed(LaunchError):
+    """`ray start` exited before its node was ALIVE."""
+
+    retryable = False
+
+
+class GcsOverloaded(NodeStartFailed):
+    """`ray start` failed as an overloaded GCS makes it fail (Ray gives a raylet 30 s to register): retried."""
+
+    cause = "gcs_overloaded"
+    retryable = True
+
+
+class WorkerFailed(LaunchError):
+    """A worker reported a failure: the job ends with its code and cause (a relay: they are the worker's)."""
+
+    def __init__(self, rank: int, host: str, error: str, log: str, exit_code: int, cause: str):
+        super().__init__(f"rank {rank} on {host} failed: {error} (log: {log})", exit_code or 1, cause)
+        self.fields = {"peer": rank, "peer_host": host, "message": error, "log": log, "cause": cause}
+
+    def event(self) -> tuple[str, dict]:
+        return "worker_failed", self.fields
+
+
+# ---- how a rank ends otherwise ---------------------------------------------------------------------------
 
 
 class Interrupted(LaunchError):
@@ -41,5 +156,25 @@ class Interrupted(LaunchError):
         self.signum = signum
 
 
+class Shutdown(LaunchError):
+    """Rank 0 told this rank to stop (the reason is in rank 0's log); ends with the code rank 0 sent."""
+
+
 class CommandFailed(Exception):
     """A scheduler's command (sbatch, qsub, qstat, ...) failed or did not answer; the message has its words."""
+
+
+def failure_classes() -> list[type[LaunchError]]:
+    """Every failure class with a cause of its own (for the pre-flight's refusals by name, and the tests)."""
+    found, todo = [], [LaunchError]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.cause and cls.cause not in {known.cause for known in found}:
+            found.append(cls)
+    return found
+
+
+def by_cause(cause: str) -> type[LaunchError]:
+    """The failure class of a cause (LaunchError where none names it)."""
+    return next((cls for cls in failure_classes() if cls.cause == cause), LaunchError)

@@ -135,3 +135,20 @@ def test_the_exit_code_table_has_every_code_the_launcher_sets():
     assert "128+N" in rows and f"{Interrupted(signal.SIGTERM).exit_code} for SIGTERM" in rows["128+N"]
     assert f"{Interrupted(signal.SIGINT).exit_code} for Ctrl-C" in rows["128+N"]
     assert "the driver's" in rows
+
+
+def test_each_cause_has_one_failure_class_and_one_exit_code_which_the_exit_code_table_gives():
+    from mpiray import errors
+
+    classes = errors.failure_classes()
+    causes = [cls.cause for cls in classes]
+    assert len(causes) == len(set(causes))  # one class a cause
+    assert set(causes) <= set(CAUSES)  # each one `mpiray logs` explains
+    page = (DOCS / "options.md").read_text()
+    table = re.search(r"<!-- exit codes[^\n]*-->\n(.*?)\n<!-- end of exit codes -->", page, re.S).group(1)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    for cls in classes:
+        if cls.exit_code == 2:  # bad input: the row names every such cause
+            assert f"`{cls.cause}`" in rows["2"], f"docs/options.md's exit code 2 row does not name {cls.cause}"
+        else:
+            assert f"`{cls.cause}`" not in rows["2"], f"{cls.cause} exits {cls.exit_code}, not 2"

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from mpiray.elastic.registry import Entry, Registry
-from mpiray.errors import LaunchError
+from mpiray.errors import ConfigError, DriverNotFound, LaunchError, VersionSkew
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
 
@@ -66,14 +66,14 @@ def driver_address(entry: Entry, local_raylet: bool) -> tuple[str, str]:
     if local_raylet:
         return entry.gcs_address, "through this host's raylet"
     if entry.client_port is None:
-        raise LaunchError(f"this host runs none of cluster {entry.job_id}'s Ray nodes, and its head serves no Ray "
+        raise ConfigError(f"this host runs none of cluster {entry.job_id}'s Ray nodes, and its head serves no Ray "
                           f"Client (it runs without ray[default], or an older mpiray): run attach on a host of the "
-                          f"cluster, or start the cluster from an environment with ray[default]", exit_code=2)
+                          f"cluster, or start the cluster from an environment with ray[default]")
     here = sys.version.split()[0].rsplit(".", 1)[0]
     if entry.python.rsplit(".", 1)[0] != here:
-        raise LaunchError(f"cluster {entry.job_id} runs Python {entry.python} and this is Python {here}: Ray Client "
+        raise VersionSkew(f"cluster {entry.job_id} runs Python {entry.python} and this is Python {here}: Ray Client "
                           f"(this host runs none of its nodes) needs the same Python minor version; use the "
-                          f"cluster's environment", exit_code=2, cause="version_skew")
+                          f"cluster's environment")
     return f"ray://{entry.head_ip}:{entry.client_port}", "Ray Client: this host runs none of its nodes"
 
 
@@ -81,8 +81,8 @@ def attach(job_id: str, command: list[str], registry: Registry) -> int:
     """Run command against job_id's cluster; its exit code (128+N if a signal ended it)."""
     entry = registry.read(job_id)
     if entry.ray != ray_version():
-        raise LaunchError(f"cluster {job_id} runs Ray {entry.ray} and this Python has Ray {ray_version()}: a driver "
-                          f"must run the cluster's Ray (use the same environment)", exit_code=2, cause="version_skew")
+        raise VersionSkew(f"cluster {job_id} runs Ray {entry.ray} and this Python has Ray {ray_version()}: a driver "
+                          f"must run the cluster's Ray (use the same environment)")
     address, how = driver_address(entry, runs_a_raylet_of(entry.gcs_address))
     token = registry.token(job_id)
     private = Path(tempfile.mkdtemp(prefix="mpiray-attach-"))  # 0700, a fresh name: nothing planted is reused
@@ -100,7 +100,7 @@ def attach(job_id: str, command: list[str], registry: Registry) -> int:
         try:
             child = subprocess.Popen(command, env=env)
         except OSError as error:
-            raise LaunchError(f"cannot start {command}: {error.strerror}", exit_code=2) from None
+            raise DriverNotFound(f"cannot start {command}: {error.strerror}") from None
         forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
         before = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:

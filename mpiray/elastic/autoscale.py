@@ -24,7 +24,7 @@ from mpiray.batch.jobs import GONE, WorkerJob
 from mpiray.batch.systems import SYSTEMS
 from mpiray.config import parse_bounds
 from mpiray.elastic.registry import Registry, private_root
-from mpiray.errors import ConfigError, LaunchError
+from mpiray.errors import ConfigError, StartupTimeout
 
 HEAD_TYPE, STATIC_TYPE, WORKER_TYPE = "mpiray.head", "mpiray.static", "mpiray.worker"  # Ray's node types
 
@@ -75,7 +75,7 @@ class Autoscale:
         scheduler = me.env.scheduler if me.env.scheduler in SYSTEMS else ""
         if not scheduler:
             raise ConfigError(f"--autoscale needs a batch scheduler to submit worker jobs to (Slurm or PBS); this "
-                              f"job runs under {me.env.scheduler}", cause="config")
+                              f"job runs under {me.env.scheduler}")
         self.scheduler = scheduler
         self.registry = Registry(config.registry)
         self.dir = private_root(self.registry.root) / f"{job_id}.autoscale"
@@ -86,8 +86,8 @@ class Autoscale:
         # The head job's own Ray nodes: one per rank, or one per host (--ray-node-per host).
         self.own_nodes = me.comm.size if config.ray_node_per == "rank" else me.hosts
         if self.own_nodes is None:
-            raise LaunchError("the job's ranks did not all count their hosts within --startup-timeout: some rank did "
-                              "not start (see the rank logs)", cause="startup_timeout")
+            raise StartupTimeout("the job's ranks did not all count their hosts within --startup-timeout: some rank "
+                                 "did not start (see the rank logs)")
 
     def write_config(self, head_share) -> str:
         """Ray's autoscaling config, for the head's `ray start --autoscaling-config`; returns its path."""
@@ -106,7 +106,7 @@ class Autoscale:
         max_workers = self.high - self.own_nodes
         if max_workers < 0:
             raise ConfigError(f"--autoscale {config.autoscale}: this job alone has {self.own_nodes} nodes, more "
-                              f"than the maximum {self.high}", cause="config")
+                              f"than the maximum {self.high}")
         ray_config = {
             "cluster_name": f"mpiray-{self.job_id}",
             "max_workers": max_workers,  # worker jobs only: the job's own nodes are unmanaged
@@ -145,7 +145,7 @@ class Autoscale:
         try:
             lines = [line.rstrip() for line in Path(path).read_text().splitlines()]
         except OSError as error:
-            raise ConfigError(f"--worker-job {path}: {error.strerror}", cause="config") from None
+            raise ConfigError(f"--worker-job {path}: {error.strerror}") from None
         directives = tuple(line.strip() for line in lines if line.strip().startswith(("#SBATCH", "#PBS")))
         setup = "\n".join(line for line in lines if line.strip() and not line.strip().startswith("#"))
         return directives, setup

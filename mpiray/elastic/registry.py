@@ -26,19 +26,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mpiray.errors import ConfigError, LaunchError
+from mpiray.errors import ConfigError, LaunchError, NoSuchCluster
 from mpiray.raynode.commands import head_ports
 from mpiray.raynode.raycompat import ray_version
 
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0  # the worker jobs of a SIGKILLed head notice within this (the issue's bound: 60 s)
-
-
-class NoSuchCluster(LaunchError):
-    """The cluster is not in the registry, or its entry is stale (its job ended)."""
-
-    exit_code = 2
-    cause = "no_such_cluster"
 
 
 @dataclass

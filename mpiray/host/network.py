@@ -18,7 +18,7 @@ import socket
 import zlib
 from dataclasses import dataclass, field
 
-from mpiray.errors import ConfigError
+from mpiray.errors import ConfigError, PortInUse, PortsPerHost
 
 # A documentation address (RFC 5737): connecting a UDP socket to it sends nothing but asks the
 # kernel which source address the default route would use.
@@ -185,8 +185,8 @@ def candidate_bases(job_id: str, units: int, port_range=PORT_RANGE) -> list[int]
     span = UNIT * units
     slots = (port_range[1] - port_range[0]) // span
     if slots < 1:
-        raise ConfigError(f"the Ray nodes of one host need {span} ports, more than mpiray's port range "
-                          f"{port_range[0]}-{port_range[1]} holds", cause="ports_per_host")
+        raise PortsPerHost(f"the Ray nodes of one host need {span} ports, more than mpiray's port range "
+                           f"{port_range[0]}-{port_range[1]} holds")
     first = zlib.crc32(job_id.encode()) % slots  # (hashlib's import costs each rank 2 ms of CPU)
     return [port_range[0] + ((first + i) % slots) * span for i in range(slots)]
 
@@ -339,7 +339,7 @@ def free_block(job_id: str, units: int, reserved: int = 0, lock_prefix: str = LO
         f"{skipped} including the GCS port {reserved}" if skipped else "",
         locks_off,
     ]
-    raise ConfigError(
+    raise PortInUse(
         f"no free block of {size} ports in {PORT_RANGE[0]}-{PORT_RANGE[1]} on {socket.gethostname()}: "
-        f"of {len(bases)} candidate blocks, " + "; ".join(r for r in reasons if r), cause="port_in_use"
+        f"of {len(bases)} candidate blocks, " + "; ".join(r for r in reasons if r)
     )

@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from mpiray import package
-from mpiray.errors import ConfigError
+from mpiray.errors import DriverNotFound
 from mpiray.host import processes
 from mpiray.logs.files import driver_log_path
 from mpiray.rank.messages import Cluster
@@ -41,8 +41,7 @@ class CommandLeader:
             self.proc = processes.start(self.command, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as error:
-            raise ConfigError(f"cannot start the driver {self.command}: {error.strerror}",
-                              cause="driver_not_found") from None
+            raise DriverNotFound(f"cannot start the driver {self.command}: {error.strerror}") from None
         me.log.event("driver_started", pid=self.proc.pid, command=" ".join(self.command), output=str(out_path))
         from mpiray.logs.tee import Tee  # rank 0's alone, once its driver runs: off every rank's start
 

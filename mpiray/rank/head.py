@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from mpiray.batch import environment
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import ConfigError, LaunchError, StartupTimeout
+from mpiray.errors import PortInUse, WorkerFailed, WorkersMissing
 from mpiray.host import network
 from mpiray.logs import progress
 from mpiray.rank import preflight
@@ -48,34 +48,6 @@ from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank
 if TYPE_CHECKING:
     from mpiray.elastic.autoscale import Autoscale
     from mpiray.elastic.registry import Published
-
-
-class WorkerFailed(LaunchError):
-    """A worker reported a failure: the job ends with its code."""
-
-    def __init__(self, failure: Report):
-        super().__init__(f"rank {failure.rank} on {failure.host} failed: {failure.error} (log: {failure.log})",
-                         failure.exit_code or 1, failure.cause)
-        self.failure = failure
-
-    def event(self) -> tuple[str, dict]:
-        f = self.failure
-        return "worker_failed", {"peer": f.rank, "peer_host": f.host, "message": f.error, "log": f.log,
-                                 "cause": f.cause}
-
-
-class WorkersMissing(StartupTimeout):
-    """Some workers did not report within --startup-timeout."""
-
-    def __init__(self, missing: list[dict], timeout: float):
-        text = "; ".join(f"rank {m['rank']} on {m['host']} (log: {m['log']})" if m["host"] else
-                         f"rank {m['rank']} (never received the session; host unknown)" for m in missing)
-        super().__init__(f"{len(missing)} worker(s) did not join within --startup-timeout {timeout:g} s: {text}")
-        self.fields = {"missing": missing, "missing_count": len(missing), "missing_text": text, "timeout": timeout,
-                       "cause": self.cause}
-
-    def event(self) -> tuple[str, dict]:
-        return "startup_timeout", self.fields
 
 
 class Head:
@@ -134,8 +106,7 @@ class Head:
         log_context(me, job_id)
         head_ip = network.head_address(config.interface)
         if config.port and not network.port_is_free(config.port):
-            raise ConfigError(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)",
-                              cause="port_in_use")
+            raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
         share, ports = split_host(me, job_id, gcs_port=config.port)
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
@@ -214,7 +185,8 @@ class Head:
                 self.settled_ranks.add(source)
             elif tag == REPORT:
                 if payload.error:
-                    raise WorkerFailed(payload)
+                    raise WorkerFailed(payload.rank, payload.host, payload.error, payload.log, payload.exit_code,
+                                       payload.cause)
                 reports[source] = payload
                 if payload.node_id:
                     me.log.event("worker_joined", peer=source, peer_host=payload.host, ip=payload.node_ip,

@@ -4,6 +4,7 @@ sends each its plan."""
 
 from __future__ import annotations
 
+from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, StartupTimeout
 from mpiray.host import network, resources
@@ -30,7 +31,7 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0):
             raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
     host_comm.flush(5)
     if isinstance(plan, tuple) and isinstance(plan[0], str):
-        raise ConfigError(plan[0], cause=plan[1])
+        raise errors.by_cause(plan[1])(plan[0]) if plan[1] else ConfigError(plan[0])
     return plan
 
 

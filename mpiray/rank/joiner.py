@@ -18,9 +18,9 @@ import time
 
 from mpiray.batch import environment
 from mpiray.elastic.registry import HEARTBEAT_S, Registry
-from mpiray.errors import LaunchError
+from mpiray.errors import NoSuchCluster, VersionSkew, WorkersMissing
 from mpiray.rank import preflight
-from mpiray.rank.head import Head, WorkersMissing, _missing
+from mpiray.rank.head import Head, _missing
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import SESSION, Session, versions
 from mpiray.rank.ownnode import join, log_context, start_node
@@ -48,12 +48,11 @@ class Joiner(Head):
         log_context(me)
         ours = versions(me.rank)
         if (entry.ray, entry.python) != (ours["ray"], ours["python"]):
-            raise LaunchError(f"cluster {entry.job_id} runs Ray {entry.ray} on Python {entry.python}, this job Ray "
-                              f"{ours['ray']} on Python {ours['python']}: start this job from the same environment",
-                              exit_code=2, cause="version_skew")
+            raise VersionSkew(f"cluster {entry.job_id} runs Ray {entry.ray} on Python {entry.python}, this job Ray "
+                              f"{ours['ray']} on Python {ours['python']}: start this job from the same environment")
         if not gcs_answers(entry.gcs_address):
-            raise LaunchError(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
-                              f"or this host cannot reach its host {entry.host}", exit_code=2, cause="no_such_cluster")
+            raise NoSuchCluster(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
+                                f"or this host cannot reach its host {entry.host}")
         share, ports = split_host(me, own_job)
         me.session = session
         me.session = dataclasses.replace(session, marker=preflight.make_marker(me))

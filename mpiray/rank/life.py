@@ -22,7 +22,7 @@ from typing import Callable
 from mpiray.batch import environment
 from mpiray.config import Config
 from mpiray.deadline import Deadline
-from mpiray.errors import Interrupted, LaunchError
+from mpiray.errors import Interrupted, LaunchError, MpiSingletons
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
@@ -116,7 +116,7 @@ def outcome(me: Rank, step: Callable[[], int]) -> int:
     try:
         problem = environment.singleton_error(me.env, comm.size)
         if problem:
-            raise LaunchError(problem, cause="mpi_singletons")
+            raise MpiSingletons(problem)
         return step()
     except Shutdown as shutdown:
         me.log.event("job_ended", code=shutdown.exit_code)

@@ -12,14 +12,14 @@ import sys
 
 from mpiray import package
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import StartupTimeout
+from mpiray.errors import NodeStartFailed, StartupTimeout
 from mpiray.host import network, processes
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.raynode import commands, spill
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
-from mpiray.raynode.node import NodeStartFailed, RayNode
+from mpiray.raynode.node import RayNode
 from mpiray.raynode.raycompat import ray_version
 
 JOIN_ATTEMPTS = 3

@@ -13,8 +13,9 @@ import sys
 import time
 from dataclasses import asdict
 
+from mpiray import errors
 from mpiray.deadline import Deadline
-from mpiray.errors import ConfigError, LaunchError
+from mpiray.errors import ConfigError, VersionSkew
 from mpiray.host import network, preflight
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO
@@ -152,12 +153,12 @@ def judge(me: Rank, hellos: dict[int, dict]) -> None:
                          host=host, message=finding.message, fix=finding.fix)
     refused = [(host, f) for host, f in findings if f.level == REFUSE]
     if len(rows) > 1:
-        raise LaunchError(_skew(rows), exit_code=2, cause="version_skew")
+        raise VersionSkew(_skew(rows))
     if refused:
         host, first = refused[0]
         others = f" (and {len(refused) - 1} more: see the log)" if len(refused) > 1 else ""
         fix = f"; {first.fix}" if first.fix else ""
-        raise LaunchError(f"on {host}: {first.message}{fix}{others}", exit_code=2, cause=first.check)
+        raise errors.by_cause(first.check)(f"on {host}: {first.message}{fix}{others}")
 
 
 def _skew(rows: list[dict]) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import ConfigError, LaunchError, StartupTimeout
+from mpiray.errors import ConfigError, ForeignGcs, GcsOverloaded, LaunchError, NodeStartFailed, StartupTimeout
 from mpiray.host import processes
 from mpiray.host.guard import keep_ray_logs, start_time
 from mpiray.logs.files import open_append
@@ -37,14 +37,6 @@ from mpiray.raynode.private import GUARD_FILE, PrivateDir, remove_stale
 
 STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
-
-
-class NodeStartFailed(LaunchError):
-    """`ray start` exited before its node was ALIVE; retryable if it failed as an overloaded GCS makes it."""
-
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message, cause="gcs_overloaded" if retryable else None)
-        self.retryable = retryable
 
 
 class RayNode:
@@ -131,11 +123,9 @@ class RayNode:
 
     def check_running(self) -> None:
         if self.exited():
-            raise NodeStartFailed(
-                f"`ray start` exited with code {self.exit_code()} before its node joined: "
-                f"{self.output.tail()} (full output: {self.output_path})",
-                retryable=self.output.startup_timed_out,
-            )
+            failed = GcsOverloaded if self.output.startup_timed_out else NodeStartFailed
+            raise failed(f"`ray start` exited with code {self.exit_code()} before its node joined: "
+                         f"{self.output.tail()} (full output: {self.output_path})")
 
     def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
         """This node as the GCS shows it once ALIVE: starter.py prints that line into the node's output."""
@@ -143,8 +133,8 @@ class RayNode:
         def alive():
             if self.output.watch_failed is not None:
                 refused = any(sign in self.output.watch_failed for sign in ("InvalidAuthToken", "Authentication"))
-                raise LaunchError(f"the watch for this rank's Ray node failed: {self.output.watch_failed} "
-                                  f"(see {self.output_path})", cause="foreign_gcs" if refused else None)
+                raise (ForeignGcs if refused else LaunchError)(
+                    f"the watch for this rank's Ray node failed: {self.output.watch_failed} (see {self.output_path})")
             self.check_running()
             return self.output.alive
 

@@ -19,7 +19,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpiray.errors import ConfigError
+from mpiray.errors import ConfigError, SocketPathTooLong, TempDirFailed
 from mpiray.host.guard import start_time
 from mpiray.raynode import commands
 
@@ -51,7 +51,7 @@ class PrivateDir:
         """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""
         problem = socket_path_problem(root, label)
         if problem:
-            raise ConfigError(problem, cause="socket_path_too_long")
+            raise SocketPathTooLong(problem)
         for _ in range(100):
             # 36**6 names: no one can plant them all. Short, as the socket paths below must stay short.
             tag = "".join(NAME_CHARACTERS[byte % len(NAME_CHARACTERS)] for byte in os.urandom(6))
@@ -61,18 +61,18 @@ class PrivateDir:
             except FileExistsError:  # someone's (maybe planted) entry: never reuse it, take another name
                 continue
             except OSError as error:
-                raise ConfigError(
+                raise TempDirFailed(
                     f"cannot create the temp dir {path}: {error.strerror}; point --temp-dir (or TMPDIR) "
-                    f"at a writable node-local directory", cause="temp_dir"
+                    f"at a writable node-local directory"
                 ) from None
             private = cls(path)
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-                raise ConfigError(f"the temp dir {path} is not a private directory of this user", cause="temp_dir")
+                raise TempDirFailed(f"the temp dir {path} is not a private directory of this user")
             private.ray_dir.mkdir(mode=0o700)
             private._write(OWNER_FILE, f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
             return private
-        raise ConfigError(f"cannot find a free name for a temp dir in {root}", cause="temp_dir")
+        raise TempDirFailed(f"cannot find a free name for a temp dir in {root}")
 
     def write_token(self, token: str) -> Path:
         return self._write(self.token_path.name, token)

@@ -19,7 +19,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from mpiray.errors import ConfigError
+from mpiray.errors import DirUnwritable
 from mpiray.host.guard import start_time
 from mpiray.raynode.private import OWNER_FILE, remove_stale, where_we_are
 
@@ -51,13 +51,12 @@ def make(path: Path) -> bool:
     except FileExistsError:
         made = False
     except OSError as error:
-        raise ConfigError(f"cannot make the spill dir {path}: {error.strerror}; point --spill-dir at a writable "
-                          "directory of yours on a local disk", cause="dir_unwritable") from None
+        raise DirUnwritable(f"cannot make the spill dir {path}: {error.strerror}; point --spill-dir at a writable "
+                            "directory of yours on a local disk") from None
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise ConfigError(f"the spill dir {path} is there already and not a private directory of this user's (another "
-                          "user's, a link, or open to others): give --spill-dir another directory",
-                          cause="dir_unwritable")
+        raise DirUnwritable(f"the spill dir {path} is there already and not a private directory of this user's "
+                            "(another user's, a link, or open to others): give --spill-dir another directory")
     if made:
         fd = os.open(path / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
