@@ -22,7 +22,7 @@ from typing import Callable
 from mpiray.batch import environment
 from mpiray.config import Config
 from mpiray.deadline import Deadline
-from mpiray.errors import Interrupted, LaunchError, MpiSingletons
+from mpiray.errors import Interrupted, LaunchError, MpiSingletons, Shutdown
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
@@ -31,7 +31,7 @@ from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Shutdown
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole
 from mpiray.rank.worker import Worker
 
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
-from mpiray.errors import LaunchError
+from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.logs.events import RankLog
 from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
@@ -20,10 +20,6 @@ STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or 
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 TIME_LIMIT_EXIT = 124  # as timeout(1)
 HEAD_LOST_EXIT = 1
-
-
-class Shutdown(LaunchError):
-    """Rank 0 told this rank to stop (the reason is in rank 0's log)."""
 
 
 @dataclass
