@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpiray.logs.events import read_events
+from mpiray.logs.events import KINDS, read_events
 from mpiray.logs.report.jobdir import read_job
 from mpiray.logs.report.parse import last_run
 
@@ -140,6 +140,14 @@ def driver_report(output: str, tag: str, stderr: str = "") -> dict:
     return json.loads(lines[-1][len(tag) + 1:])
 
 
+def fail_join(marker: str) -> dict[str, str]:
+    """The environment of a run whose worker `ray start`s fail as an overloaded GCS makes them fail: the first
+    one (marker: a path it makes), or every one (marker: "always"). The hook is the test's own: a sitecustomize
+    on PYTHONPATH (tests/hooks/fail_join), nothing in mpiray."""
+    hooks = str(ROOT / "tests" / "hooks" / "fail_join")
+    return {"FAIL_JOIN": marker, "PYTHONPATH": os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))}
+
+
 def new_job_id(tag: str) -> str:
     return f"test-{tag}-{secrets.token_hex(3)}"
 
@@ -180,8 +188,13 @@ def alive_pids(pids) -> list[str]:
 
 
 def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
-    """Every process the ranks logged (their Ray nodes, what they stopped) is gone."""
+    """Every process the ranks logged (their Ray nodes, what they stopped) is gone. It fails, rather than pass
+    on nothing, where a rank started a node and no PID was logged (the events it reads renamed, or not logged)."""
+    assert {"node_starting", "node_pids", "processes_stopped"} <= set(KINDS), "the events read here were renamed"
     pids = launch_.stopped_pids()
+    started = any(record["event"] == "node_starting" for path in launch_.job_dir.glob("*rank-*.jsonl")
+                  for record in read_events(path))
+    assert pids or not started, f"ranks of {launch_.job_dir} started Ray nodes, but no PID of theirs was logged"
     deadline = time.monotonic() + wait
     while alive_pids(pids) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -20,7 +20,7 @@ import pytest
 
 from mpiray.logs.report.classify import classify
 
-from helpers import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, launch, new_job_id
+from helpers import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, fail_join, launch, new_job_id
 
 PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
 
@@ -103,7 +103,7 @@ def test_a_node_whose_token_the_gcs_refuses(tmp_path):
 def test_a_join_that_fails_every_time_as_an_overloaded_gcs_makes_it(tmp_path):
     # Ray's 30 s for a raylet to register is fixed and this machine cannot overload a GCS for real
     # within a test's time: the test hook makes every worker's `ray start` exit as Ray's does then.
-    run = launch(tmp_path, 2, tag="overloaded", env={"MPIRAY_TEST_FAIL_JOIN": "always"})
+    run = launch(tmp_path, 2, tag="overloaded", env=fail_join("always"))
     assert run.returncode == 1, run.stderr[-3000:]
     assert [r["fields"]["attempt"] for r in run.events(1) if r["event"] == "join_retry"] == [2, 3]
     found, text = causes_and_text(run.job_dir)

@@ -12,6 +12,7 @@ from helpers import (
     ROOT,
     assert_nothing_left,
     driver_report,
+    fail_join,
     last_event,
     launch,
     launcher_argv,
@@ -53,7 +54,7 @@ def test_a_window_of_one_lets_one_node_join_at_a_time(tmp_path):
 @pytest.mark.slow
 def test_a_join_that_fails_as_an_overloaded_gcs_makes_it_is_retried(tmp_path):
     # The first worker's `ray start` exits as Ray's does when its raylet did not register within 30 s.
-    run = launch(tmp_path, 3, env={"MPIRAY_TEST_FAIL_JOIN": str(tmp_path / "failed-once")}, tag="retry")
+    run = launch(tmp_path, 3, env=fail_join(str(tmp_path / "failed-once")), tag="retry")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "failed-once").exists()
     retries = [run.event(rank, "join_retry") for rank in (1, 2) if run.event(rank, "join_retry")]

@@ -38,6 +38,13 @@ as_another_user = pytest.mark.skipif(
 )
 
 
+def assert_private_dirs_gone(job_dir: Path) -> None:
+    """Every rank's private dir was logged, and none is left: a check that fails when the event is renamed."""
+    dirs = private_dirs(job_dir)
+    assert dirs, f"no private_dir event in {job_dir}: renamed, or no rank started a node"
+    assert not any(os.path.exists(d) for d in dirs), dirs
+
+
 def private_dirs(job_dir: Path) -> list[str]:
     """Every private dir a rank of the job logged, in every run of it."""
     return [record["fields"]["path"] for path in job_dir.glob("rank-*.jsonl") for record in read_events(path)
@@ -167,7 +174,7 @@ def test_a_reused_job_id_keeps_every_runs_logs_and_succeeds(tmp_path):
     assert sorted(p.name for p in job_dir.glob("ray-rank-0000*")) == ["ray-rank-0000", "ray-rank-0000.2", "ray-rank-0000.3"]
     assert (job_dir / "driver.log").read_text().splitlines() == ["run 1", "run 2", "run 3"]
     assert [r["fields"]["code"] for r in read_events(job_dir / "rank-0001.jsonl") if r["event"] == "exit"] == [0, 0, 0]
-    assert not any(os.path.exists(d) for d in private_dirs(job_dir))
+    assert_private_dirs_gone(job_dir)
 
 
 @pytest.mark.slow
@@ -181,7 +188,7 @@ def test_a_planted_driver_log_neither_hangs_the_job_nor_changes_its_exit_code(tm
     assert run.returncode == 3, run.stderr
     assert "still here" in run.stdout
     assert last_event(job_dir, 0, "driver_log_incomplete")["problem"].startswith("cannot open")
-    assert not any(os.path.exists(d) for d in private_dirs(job_dir))
+    assert_private_dirs_gone(job_dir)
 
 
 def test_a_stalled_log_write_never_blocks_the_driver(tmp_path):

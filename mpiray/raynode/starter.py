@@ -182,17 +182,6 @@ if __name__ == "__main__":
     if not sys.stdin.readline():
         sys.exit("mpiray: the launcher rank exited before it let `ray start` go")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # Ray's processes inherit stdin: not our pipe
-    # Test hook: a worker's `ray start` exits as Ray's does when its raylet did not register in time.
-    # MPIRAY_TEST_FAIL_JOIN=PATH: the first worker to get here (it makes PATH); =always: every one.
-    fail_join = os.environ.get("MPIRAY_TEST_FAIL_JOIN")
-    if fail_join and option(args, "address"):
-        try:
-            if fail_join != "always":
-                os.close(os.open(fail_join, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            sys.exit("Exception: The current node timed out during startup. This could happen because some "
-                     "of the raylet failed to startup or the GCS has become overloaded. (MPIRAY_TEST_FAIL_JOIN)")
-        except FileExistsError:
-            pass
     name, temp_dir = option(args, "node-name"), option(args, "temp-dir")
     address = option(args, "address") or f"{option(args, 'node-ip-address')}:{option(args, 'port')}"
     if args[:1] == ["start"] and temp_dir:

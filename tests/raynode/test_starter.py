@@ -7,6 +7,7 @@ import time
 import pytest
 
 from mpiray.raynode import commands, starter
+from mpiray.raynode.raycompat import ray_version
 
 
 @pytest.mark.parametrize("niced_import", [False, True])
@@ -14,7 +15,7 @@ def test_the_starter_runs_ray_once_released(niced_import):
     result = subprocess.run([*commands.ray_command(niced_import), "--version"], input="go\n",
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "version 2.60" in result.stdout
+    assert f"version {ray_version()}" in result.stdout  # the installed Ray's CLI, whichever release it is
 
 
 def test_the_starter_starts_nothing_if_the_rank_exits_first():
