@@ -32,13 +32,13 @@ class StayLeader:
         if time.monotonic() - self.looked < 1.0:
             return None
         self.looked = time.monotonic()
-        self.misses = 0 if gcs_answers(self.me.session.gcs_address, timeout=1.0) else self.misses + 1
+        self.misses = 0 if gcs_answers(self.me.current_session.gcs_address, timeout=1.0) else self.misses + 1
         if self.misses < GONE_AFTER:
             return None
-        self.me.log.event("cluster_ended", cluster=self.me.session.job_id)
+        self.me.log.event("cluster_ended", cluster=self.me.current_session.job_id)
         if self.me.config.resources and "NODE_ID_AS_RESOURCE" in self.me.config.resources:
             # A worker job of an autoscaler whose head job was killed: nobody else cancels the others.
-            gone = cancel_siblings(Registry(self.me.config.registry), self.me.session.job_id, self.me.env.scheduler)
+            gone = cancel_siblings(Registry(self.me.config.registry), self.me.current_session.job_id, self.me.env.scheduler)
             if gone:
                 self.me.log.event("siblings_cancelled", jobs=gone)
         return 0

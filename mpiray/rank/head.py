@@ -66,10 +66,10 @@ class Head:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
         me, config = self.me, self.me.config
         own = self.start_own()
-        me.log.event(self.own_alive_event, gcs_address=me.session.gcs_address, ip=own.ip, node_id=own.node_id,
+        me.log.event(self.own_alive_event, gcs_address=me.current_session.gcs_address, ip=own.ip, node_id=own.node_id,
                      **resource_fields(own.resources))
         if me.node is not None:
-            me.log.event("node_pids", pids=me.node.pids())
+            me.log.event("node_pids", pids=me.ray_node.pids())
 
         live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
         me.log.listeners.append(live.on_event)
@@ -82,12 +82,13 @@ class Head:
         if not config.dry_run:
             self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
         nodes = tuple(r for r in reports if r.node_id)
-        cluster = Cluster(me.session, nodes, me.session.job_dir(config.log_dir),
-                          str(me.node.token_path) if me.node and me.node.token_path else None, config.stop_grace,
-                          str(me.node.private.path) if me.node else None)
+        cluster = Cluster(me.session, nodes, me.current_session.job_dir(config.log_dir),
+                          str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
+                          str(me.ray_node.private.path) if me.node else None)
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
-        print_summary(me.session.job_id, me.session.gcs_address, me.env.describe(), time.time() - me.started, reports)
+        session = me.current_session
+        print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
             read_batch_job(me, {r.rank: r.host for r in reports})  # after the start, off its critical path: a qstat under PBS
             cluster = dataclasses.replace(cluster, restart=me.restart)
@@ -114,13 +115,13 @@ class Head:
         me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
         me.session = dataclasses.replace(me.session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)
-        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.session.gcs_address)
+        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)
 
         autoscaling = ""
         if config.autoscale and not config.dry_run:
             from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
 
-            self.autoscale = Autoscale(me, job_id, me.session.job_dir(config.log_dir))
+            self.autoscale = Autoscale(me, job_id, me.current_session.job_dir(config.log_dir))
             autoscaling = self.autoscale.write_config(share)
         spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
@@ -131,7 +132,7 @@ class Head:
         preflight.judge(me, self.hellos)
         if config.dry_run:
             return planned_node(me, spec)
-        me.node.release()
+        me.ray_node.release()
         head = wait_until_alive(me)
         if self.autoscale is not None:
             self.autoscale.own_nodes_are(head.node_id, [])

@@ -64,13 +64,13 @@ class Joiner(Head):
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
-        me.node.release()
+        me.ray_node.release()
         return join(me)
 
     def publish(self, cluster) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
         provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
-        self.joined = {"job_id": self.me.session.own_job_id, "host": self.me.host, "pid": os.getpid(),
+        self.joined = {"job_id": self.me.current_session.own_job_id, "host": self.me.host, "pid": os.getpid(),
                        "nodes": len(cluster.nodes), "cpus": cluster.total_cpus, "gpus": cluster.total_gpus,
                        "node_ids": [r.node_id for r in cluster.nodes], "started": self.me.started,
                        "heartbeat": time.time(), "provider_node": provider_node}
@@ -78,7 +78,7 @@ class Joiner(Head):
 
     def _say_joined(self) -> None:
         try:
-            self.registry.add_join(self.me.session.job_id, self.joined)
+            self.registry.add_join(self.me.current_session.job_id, self.joined)
         except OSError as error:
             self.me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 
@@ -87,9 +87,9 @@ class Joiner(Head):
         node = self.me.node
         if node is None or not node.exited():
             return None
-        if gcs_answers(self.me.session.gcs_address):
+        if gcs_answers(self.me.current_session.gcs_address):
             return "own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1
-        return "cluster_ended", {"cluster": self.me.session.job_id}, 0
+        return "cluster_ended", {"cluster": self.me.current_session.job_id}, 0
 
     def tick(self) -> None:
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:
@@ -100,7 +100,7 @@ class Joiner(Head):
     def announce(self, code: int) -> None:
         super().announce(code)
         if self.joined is not None:
-            self.registry.remove_join(self.me.session.job_id, self.joined["job_id"])
+            self.registry.remove_join(self.me.current_session.job_id, self.joined["job_id"])
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         pass  # the GCS is the cluster's, elsewhere: nobody waits for this job's workers

@@ -29,7 +29,7 @@ AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provide
 def log_context(me: Rank, job_id: str = "") -> None:
     """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
     me.log.event("rank_started", size=me.comm.size, launch=me.env.describe(), scheduler=me.env.scheduler,
-                 launcher=me.env.launcher, job_id=job_id or (me.session.job_id if me.session else ""),
+                 launcher=me.env.launcher, job_id=job_id or (me.current_session.job_id if me.session else ""),
                  mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
 
@@ -48,9 +48,9 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
             kept_logs=ray_session_logs_path(job_dir, me.rank, session.prefix),
             token=session.token,
         )
-        ray_dir = me.node.ray_dir
-        if me.node.swept:
-            me.log.event("stale_dirs_removed", count=len(me.node.swept), paths=[str(p) for p in me.node.swept])
+        ray_dir = me.ray_node.ray_dir
+        if me.ray_node.swept:
+            me.log.event("stale_dirs_removed", count=len(me.ray_node.swept), paths=[str(p) for p in me.ray_node.swept])
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
     spill_dir = spill.job_spill_dir(config.spill_dir or config.temp_dir, session.job_id)
@@ -58,7 +58,7 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
                              commands.node_resources(config.resources, slots), autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(spill_dir)))
     if me.node is not None:
-        me.node.spill_dir = spill_dir
+        me.ray_node.spill_dir = spill_dir
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
@@ -73,13 +73,13 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
     if config.dry_run:
         me.log.event("dry_run_node", role=role, command=" ".join(argv), argv=argv)
         return spec
-    me.log.event("private_dir", path=str(me.node.private.path))
+    me.log.event("private_dir", path=str(me.ray_node.private.path))
     me.log.event("node_starting", role=role, command=" ".join(argv), argv=argv)
-    me.log.event("node_output", output=str(me.node.output_path), kept_logs=str(me.node.kept_logs))
+    me.log.event("node_output", output=str(me.ray_node.output_path), kept_logs=str(me.ray_node.kept_logs))
     env = commands.node_env(
-        package.helper_env(dict(os.environ)), share.gpu_ids, str(me.node.token_path) if me.node.token_path else None,
+        package.helper_env(dict(os.environ)), share.gpu_ids, str(me.ray_node.token_path) if me.ray_node.token_path else None,
         dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
-        private_tmp=str(me.node.private.path),
+        private_tmp=str(me.ray_node.private.path),
     )
     env.update(commands.collective_env(env, network.interface_holding(node_ip), config.interface))
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
@@ -90,7 +90,7 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
         # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
         # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
         env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
-    me.node.start(argv, env, share.affinity, spec)
+    me.ray_node.start(argv, env, share.affinity, spec)
     if head and config.dashboard:
         me.log.event("dashboard", port=ports.dashboard)
     return spec
@@ -109,10 +109,10 @@ def wait_for_head(me: Rank) -> None:
 
     def between() -> None:
         if me.node is not None:
-            me.node.check_running()
+            me.ray_node.check_running()
         me.check()
 
-    if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.session.started, me.config.startup_timeout),
+    if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.current_session.started, me.config.startup_timeout),
                   STARTUP_POLL, between) is None:
         raise StartupTimeout(f"rank 0 gave this rank no join slot within --startup-timeout "
                              f"{me.config.startup_timeout:g} s (its head was not up, or the nodes before it took "
@@ -126,17 +126,17 @@ def join(me: Rank) -> NodeInfo:
         try:
             return wait_until_alive(me)
         except NodeStartFailed as failure:
-            if attempt == JOIN_ATTEMPTS or not failure.retryable or not gcs_answers(me.session.gcs_address):
+            if attempt == JOIN_ATTEMPTS or not failure.retryable or not gcs_answers(me.current_session.gcs_address):
                 raise
             me.log.event("join_retry", reason=str(failure), attempt=attempt + 1, attempts=JOIN_ATTEMPTS)
-            me.node.restart(RAY_STOP_GRACE)
+            me.ray_node.restart(RAY_STOP_GRACE)
 
 
 def wait_until_alive(me: Rank) -> NodeInfo:
-    deadline = Deadline.since(me.session.started, me.config.startup_timeout)
-    node = me.node.wait_alive(deadline, me.check, me.session.gcs_address, me.config.startup_timeout)
-    me.node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
-    for key, note in me.node.output.compat.items():  # said before the node's ALIVE line, so all here now
+    deadline = Deadline.since(me.current_session.started, me.config.startup_timeout)
+    node = me.ray_node.wait_alive(deadline, me.check, me.current_session.gcs_address, me.config.startup_timeout)
+    me.ray_node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
+    for key, note in me.ray_node.output.compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node
 
@@ -159,9 +159,9 @@ def write_manifest(me: Rank) -> None:
     import hashlib  # ~10 ms of import (OpenSSL): off every rank's start-up path, only here, after it
 
     listening = processes.listening_ports(node.pids())
-    token = hashlib.sha256(me.session.token.encode()).hexdigest()[:16] if me.session.token else "none (--no-auth)"
+    token = hashlib.sha256(me.current_session.token.encode()).hexdigest()[:16] if me.current_session.token else "none (--no-auth)"
     spec = node.spec
-    started = me.session.started
+    started = me.current_session.started
     me.log.event(
         "node_manifest",
         ip=spec.node_ip, interface=network.interface_holding(spec.node_ip) or "?", node_name=spec.node_name,
@@ -169,7 +169,7 @@ def write_manifest(me: Rank) -> None:
         listening=listening, planned_ports=vars(spec.ports), temp_dir=spec.temp_dir,
         session_logs=str(node.kept_logs), output=str(node.output_path),
         ray=ray_version(), python=sys.version.split()[0], mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),
-        token=f"sha256:{token}" if me.session.token else token,
+        token=f"sha256:{token}" if me.current_session.token else token,
         cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
         object_store=spec.share.object_store,
         shm={"free_mib": me.view.shm >> 20, "total_mib": me.view.shm_total >> 20},

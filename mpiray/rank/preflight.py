@@ -61,7 +61,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     found += preflight.neighbour_findings(me.comm.size)
     found += fixed
     if log_dir_shared is False:
-        path = me.session.job_dir(config.log_dir)
+        path = me.current_session.job_dir(config.log_dir)
         found.append(Finding(WARN, "log_dir_not_shared", f"the log dir {path.resolve()} here is not rank 0's (its marker "
                              f"is not there): this host's ranks write their logs there, and `mpiray logs` on rank 0's "
                              f"host sees only the others", "give --log-dir a directory on a file system every node "
@@ -79,7 +79,7 @@ def make_spill_dir(me: Rank) -> list[Finding]:
     try:
         if config.spill_dir is not None:
             spill.prepare(root)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
-        path = spill.job_spill_dir(root, me.session.job_id)
+        path = spill.job_spill_dir(root, me.current_session.job_id)
         me.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=spill.make(path))
     except ConfigError as error:
         return [Finding(REFUSE, error.cause or "dir_unwritable", str(error))]
@@ -89,7 +89,7 @@ def make_spill_dir(me: Rank) -> list[Finding]:
 def hello(me: Rank) -> dict:
     """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found."""
     marker = getattr(me.session, "marker", "")
-    shared = (me.session.job_dir(me.config.log_dir) / marker).exists() if marker else None
+    shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
     return {"host": me.host, "log": str(me.log.path), "versions": versions(me),
             "findings": [asdict(f) for f in host_findings(me, shared)]}
 
@@ -98,7 +98,7 @@ def make_marker(me: Rank) -> str:
     """Rank 0's marker in the job's log dir (its name goes out in the session)."""
     name = f"{MARKER_PREFIX}{os.urandom(4).hex()}"
     try:
-        (me.session.job_dir(me.config.log_dir) / name).touch()
+        (me.current_session.job_dir(me.config.log_dir) / name).touch()
     except OSError:
         return ""
     return name
@@ -107,7 +107,7 @@ def make_marker(me: Rank) -> str:
 def remove_marker(me: Rank) -> None:
     marker = getattr(me.session, "marker", "") if me.session else ""
     if marker:
-        (me.session.job_dir(me.config.log_dir) / marker).unlink(missing_ok=True)
+        (me.current_session.job_dir(me.config.log_dir) / marker).unlink(missing_ok=True)
 
 
 def gather(me: Rank) -> dict[int, dict]:

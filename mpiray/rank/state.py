@@ -5,21 +5,64 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
+from mpiray.deadline import Deadline
 from mpiray.errors import Shutdown
 from mpiray.host import resources
+from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
 from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
 from mpiray.rank.signals import StopRequest
+from mpiray.raynode.gcs import NodeInfo
+from mpiray.raynode.node import RayNode
 
 DRIVER_POLL = 0.2  # seconds between checks while the leader runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
 RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
 TIME_LIMIT_EXIT = 124  # as timeout(1)
 HEAD_LOST_EXIT = 1
+
+
+class Comm(Protocol):
+    """What a rank needs of its communicator: rank/mpi.py's Comm over MPI, or tests/memory_comm.py's in one
+    process. Every wait polls (a blocking MPICH call burns a core) and has a deadline."""
+
+    rank: int
+    size: int
+    sent: int  # messages, for the log
+    received: int
+
+    def send(self, obj: Any, dest: int, tag: int) -> None: ...
+
+    def send_to_others(self, obj: Any, tag: int) -> None: ...
+
+    def progress(self) -> None: ...
+
+    def poll(self, source: int = ..., tag: int = ...) -> tuple[int, int, Any] | None: ...
+
+    def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = ...) -> Any: ...
+
+    def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
+                     between_polls: Callable[[], None] = ...) -> dict[int, Any]: ...
+
+    def count(self, flag: bool, timeout: float) -> int | None: ...
+
+    def barrier(self, timeout: float) -> bool: ...
+
+    def flush(self, timeout: float) -> None: ...
+
+    def drop_pending(self) -> int: ...
+
+    def split_by_host(self) -> Comm: ...
+
+    def library_version(self) -> str: ...
+
+    def abandon(self, code: int) -> None: ...
+
+    def exit_now(self, code: int) -> None: ...
 
 
 @dataclass
@@ -30,8 +73,8 @@ class Rank:
     """
 
     config: Config
-    comm: object  # mpi.Comm, or any communicator with its methods
-    host_comm: object  # the ranks on this host
+    comm: Comm  # every rank of the job
+    host_comm: Comm  # the ranks on this host
     env: environment.Environment
     log: RankLog
     stop: StopRequest
@@ -39,8 +82,8 @@ class Rank:
     view: resources.HostView  # what this rank sees of its host
     started: float = field(default_factory=time.time)
     session: Session | None = None  # from rank 0
-    node: object | None = None  # raynode.node.RayNode: this rank's Ray node, once prepared
-    port_block: object | None = None  # host.network.PortBlock: the host's first rank holds its ranks' ports
+    node: RayNode | None = None  # this rank's Ray node, once prepared (none in a dry run, or on an idle rank)
+    port_block: PortBlock | None = None  # the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
     hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
     ends_at: float | None = None  # rank 0: when the batch job's walltime ends, once the cluster is up (batchjob.py)
@@ -49,6 +92,20 @@ class Rank:
     @property
     def rank(self) -> int:
         return self.comm.rank
+
+    @property
+    def current_session(self) -> Session:
+        """The session this rank is in, once rank 0 sent it (every step after the hello has it)."""
+        if self.session is None:
+            raise RuntimeError("no session yet: rank 0 has not sent it")
+        return self.session
+
+    @property
+    def ray_node(self) -> RayNode:
+        """This rank's Ray node, where the step at hand needs one (not a dry run's, nor an idle rank's)."""
+        if self.node is None:
+            raise RuntimeError("this rank has no Ray node")
+        return self.node
 
     def check(self) -> None:
         """Between polls: a stop signal, or rank 0's word to stop, ends the wait; rank 0's sends move on."""
@@ -62,7 +119,7 @@ class Rank:
             if message is not None:
                 raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
 
-    def report(self, node=None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:
+    def report(self, node: NodeInfo | None = None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:
         """This rank's report to rank 0: its node (raynode.gcs.NodeInfo), or its failure."""
         return Report(
             rank=self.rank,

@@ -57,21 +57,21 @@ def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
 def head_stops_last(me: Rank) -> bool:
     """On a normal end, with a Ray that does not drain a node it stops (this rank's node said so; every
     rank runs the same Ray): rank 0 waits for the workers' STOPPED, which they send."""
-    return (me.stop.signum is None and me.node is not None and me.node.alive
-            and raycompat.DRAIN_ON_STOP in me.node.output.compat)
+    return (me.stop.signum is None and me.node is not None and me.ray_node.alive
+            and raycompat.DRAIN_ON_STOP in me.ray_node.output.compat)
 
 
 def settle(me: Rank) -> None:
     """A node is ALIVE ~0.3-0.9 s before its `ray start` is done: signalled in between (a driver that
     ends at once), it has no handler of its own yet, and its processes were seen to need SIGKILL."""
-    if me.node is not None and me.node.alive and me.stop.signum is None:
-        me.node.settle(Deadline.after(RAY_STOP_GRACE))
+    if me.node is not None and me.ray_node.alive and me.stop.signum is None:
+        me.ray_node.settle(Deadline.after(RAY_STOP_GRACE))
 
 
 def stop_node(me: Rank, grace: float) -> None:
     if me.node is None:
         return
-    report = me.node.stop(grace)
+    report = me.ray_node.stop(grace)
     if report.pids:
         me.log.event("processes_stopped", count=len(report.pids), seconds=round(report.seconds, 3),
                       killed=report.killed, pids=list(report.pids))
@@ -80,12 +80,12 @@ def stop_node(me: Rank, grace: float) -> None:
 def close_node(me: Rank) -> None:
     if me.node is None:
         return
-    for problem in me.node.close():
+    for problem in me.ray_node.close():
         me.log.event("teardown_failed", step="close this rank's node", problem=problem)
-    if me.node.spill_dir is not None:  # its node's spilled objects; the dir too, once no node's are left
-        spill.remove_node(me.node.spill_dir, me.node.node_id)
-    if me.node.kept is not None:
-        me.log.event("logs_kept", path=str(me.node.kept))
+    if me.ray_node.spill_dir is not None:  # its node's spilled objects; the dir too, once no node's are left
+        spill.remove_node(me.ray_node.spill_dir, me.ray_node.node_id)
+    if me.ray_node.kept is not None:
+        me.log.event("logs_kept", path=str(me.ray_node.kept))
 
 
 def meet(me: Rank) -> None:

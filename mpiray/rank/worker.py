@@ -47,11 +47,11 @@ class Worker:
         if me.config.dry_run:
             node = planned_node(me, spec)
         else:
-            me.node.release()
+            me.ray_node.release()
             node = join(me)
         me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
         if me.node is not None:
-            me.log.event("node_pids", pids=me.node.pids())
+            me.log.event("node_pids", pids=me.ray_node.pids())
         me.comm.send(me.report(node), 0, REPORT)
 
     def wait_for_end(self) -> int:
@@ -68,9 +68,9 @@ class Worker:
             if message is not None:
                 me.log.event("job_ended", code=message[2])
                 return message[2]
-            if me.node is not None and me.node.exited() and not reported_death:
+            if me.node is not None and me.ray_node.exited() and not reported_death:
                 reported_death = True
-                fields = {"code": me.node.exit_code(), "output": str(me.node.output_path)}
+                fields = {"code": me.ray_node.exit_code(), "output": str(me.ray_node.output_path)}
                 if me.stop.signum is None:
                     me.log.event("own_node_exited", **fields)
                     me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
@@ -97,7 +97,7 @@ class Worker:
         pass
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
-        if self.me.node is not None and self.me.node.alive and self.me.stop.signum is None and not self.settled:
+        if self.me.node is not None and self.me.ray_node.alive and self.me.stop.signum is None and not self.settled:
             self.send_settled()
 
     def after_stopping_node(self, head_stops_last: bool) -> None:
