@@ -25,6 +25,7 @@ from mpiray.errors import ConfigError, TrainerMissing
 from mpiray.leaders.command import CommandLeader
 from mpiray.options import first_task, parse_args, say
 from mpiray.rank import life
+from mpiray.rank.state import Leader
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
@@ -44,7 +45,7 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
     if config.join and not config.driver:
         from mpiray.leaders.stay import StayLeader  # a joining job's alone: off every other rank's start
 
-        leader = StayLeader()
+        leader: Leader = StayLeader()
     else:
         leader = CommandLeader(config.driver)
     return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid

@@ -166,7 +166,8 @@ class CommandFailed(Exception):
 
 def failure_classes() -> list[type[LaunchError]]:
     """Every failure class with a cause of its own (for the pre-flight's refusals by name, and the tests)."""
-    found, todo = [], [LaunchError]
+    found: list[type[LaunchError]] = []
+    todo: list[type[LaunchError]] = [LaunchError]
     while todo:
         cls = todo.pop()
         todo += cls.__subclasses__()

@@ -95,6 +95,7 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
         leader.signals.put_back(process_ends=exit)
         raise
     leader.connected(None)
+    assert leader.me is not None  # the cluster is up: the agent handed it over
     leader.me.log.event("script_connected", gcs_address=cluster.session.gcs_address)
     atexit.register(leader.at_exit)  # after ray.init's own: runs first; before mpi4py's MPI_Finalize
     return info

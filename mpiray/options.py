@@ -385,8 +385,8 @@ def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argpar
             parser.add_argument(o.flag, dest=o.name, action=argparse.BooleanOptionalAction,
                                 default=o.default_in(environ), help=help_text)
         else:
-            parser.add_argument(o.flag, dest=o.name, type=o.type, choices=o.choices, default=o.default_in(environ),
-                                help=help_text)
+            parser.add_argument(o.flag, dest=o.name, type=o.type or str, choices=o.choices,
+                                default=o.default_in(environ), help=help_text)
     parser.add_argument("--redis-password", default=None, help=argparse.SUPPRESS)
     return parser
 

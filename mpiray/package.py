@@ -15,10 +15,13 @@ The rank's guard is the one helper run by its path (host/processes.py): it runs 
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import os
 import sys
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent  # the mpiray package
 PARENT = ROOT.parent  # the directory that holds it: site-packages, or a checkout
@@ -38,8 +41,9 @@ def found_without_help(package: str = "mpiray") -> bool:
     its path without the first entry (the running script's dir or the cwd, which a helper does not share),
     or through an import hook that every interpreter installs (an editable install's)."""
     here = os.path.realpath(PARENT / package / "__init__.py")
-    finders = [lambda: importlib.machinery.PathFinder.find_spec(package, [p for p in sys.path[1:] if p])]
-    finders += [lambda f=f: f.find_spec(package, None) for f in sys.meta_path
+    finders: list[Callable[[], ModuleSpec | None]] = [
+        lambda: importlib.machinery.PathFinder.find_spec(package, [p for p in sys.path[1:] if p])]
+    finders += [functools.partial(f.find_spec, package, None) for f in sys.meta_path
                 if f is not importlib.machinery.PathFinder and hasattr(f, "find_spec")]
     for find in finders:
         try:

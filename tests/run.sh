@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian machine, then run them tier by tier:
-#   1. ruff check . (lint)
+#   1. ruff check . and mypy (lint, and the layers' contract in types)
 #   2. the fast tier: pure functions and the rank protocol in one process (no MPI, no Ray), seconds
 #   3. the real runs: mpirun + Ray, attacks as a second user, the 3-host Slurm testbed (as root:
 #      Debian's Slurm + munge are installed first), short RLlib trainings
@@ -25,6 +25,7 @@ fi
 status=0
 started=$SECONDS
 .venv/bin/ruff check . || status=1
+.venv/bin/mypy || status=1  # the layers' contract in types (pyproject.toml's [tool.mypy]: mpiray/)
 .venv/bin/python -m pytest -m "not slow and not slurm and not train and not pbs" || status=$?
 echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 # Ray 2.52's environment first: the real runs use it as "another environment" (ranks of other versions, a

@@ -11,6 +11,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob, run_command, script_body
 
@@ -152,8 +153,11 @@ def pbs_script(job: WorkerJob, node_id: int) -> str:
 class Pbs:
     """jobs.BatchSystem under PBS (qsub from the head's node: some sites allow it only from login nodes)."""
 
-    name = "pbs"
-    script = staticmethod(pbs_script)
+    name: ClassVar[str] = "pbs"
+
+    @staticmethod
+    def script(job: WorkerJob, node_id: int) -> str:
+        return pbs_script(job, node_id)
 
     def submit(self, script: str) -> str:
         return run_command(["qsub", "-"], script).stdout.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import ClassVar
 
 from mpiray.batch.jobs import GONE, PENDING, RUNNING, CommandFailed, WorkerJob, run_command, script_body
 
@@ -26,8 +27,11 @@ def slurm_script(job: WorkerJob, node_id: int) -> str:
 class Slurm:
     """jobs.BatchSystem under Slurm."""
 
-    name = "slurm"
-    script = staticmethod(slurm_script)
+    name: ClassVar[str] = "slurm"
+
+    @staticmethod
+    def script(job: WorkerJob, node_id: int) -> str:
+        return slurm_script(job, node_id)
 
     def submit(self, script: str) -> str:
         result = run_command(["sbatch", "--parsable"], script)

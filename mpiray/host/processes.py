@@ -105,7 +105,8 @@ class Guard:
         """This rank tidied up itself: the guard exits without touching anything."""
         self._say("done")
         try:
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         except OSError:
             pass
         try:
@@ -115,6 +116,8 @@ class Guard:
             self.proc.wait(timeout)
 
     def _say(self, line: str) -> None:
+        if self.proc.stdin is None:
+            return
         try:
             self.proc.stdin.write(f"{line}\n".encode())
             self.proc.stdin.flush()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from mpiray import package
 from mpiray.errors import DriverNotFound
@@ -17,6 +17,9 @@ from mpiray.host import processes
 from mpiray.logs.files import driver_log_path
 from mpiray.rank.messages import Cluster
 from mpiray.rank.state import Rank
+
+if TYPE_CHECKING:
+    from mpiray.logs.tee import Tee
 
 TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.log after it exited
 
@@ -27,8 +30,8 @@ class CommandLeader:
     def __init__(self, command: Sequence[str]):
         self.command = list(command)
         self.proc: subprocess.Popen | None = None
-        self.tee = None  # logs.tee.Tee: the driver's output into driver.log
-        self.me = None
+        self.tee: Tee | None = None  # the driver's output into driver.log
+        self.me: Rank | None = None  # once started
 
     def start(self, me: Rank, cluster: Cluster) -> None:
         self.me = me
@@ -45,12 +48,13 @@ class CommandLeader:
         me.log.event("driver_started", pid=self.proc.pid, command=" ".join(self.command), output=str(out_path))
         from mpiray.logs.tee import Tee  # rank 0's alone, once its driver runs: off every rank's start
 
-        self.tee = Tee.to_file(out_path)
-        self.tee.pump(self.proc.stdout, sys.stdout.buffer)
-        self.tee.pump(self.proc.stderr, sys.stderr.buffer)
+        self.tee = tee = Tee.to_file(out_path)
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # piped just above
+        tee.pump(self.proc.stdout, sys.stdout.buffer)
+        tee.pump(self.proc.stderr, sys.stderr.buffer)
 
     def poll(self, timeout: float) -> int | None:
-        if self.proc is None:  # a dry run
+        if self.proc is None or self.me is None:  # a dry run
             return 0
         try:
             returncode = self.proc.wait(timeout=timeout)
@@ -61,7 +65,7 @@ class CommandLeader:
         return code
 
     def stop(self, grace: float, code: int) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or self.me is None or self.proc.poll() is not None:
             return
         if processes.stop_group(self.proc, grace) is None:
             self.me.log.event("driver_not_ended", pid=self.proc.pid)

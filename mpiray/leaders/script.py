@@ -19,7 +19,9 @@ import threading
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import LaunchError
 from mpiray.rank import life
+from mpiray.rank.messages import Cluster
 from mpiray.rank.signals import HANDLED, StopRequest
+from mpiray.rank.state import Rank
 
 _REAL_SYSTEM_EXIT = builtins.SystemExit
 
@@ -34,7 +36,7 @@ class ExitWatch:
     """
 
     def __init__(self) -> None:
-        self.last: BaseException | None = None  # the main thread's last SystemExit
+        self.last: _REAL_SYSTEM_EXIT | None = None  # the main thread's last SystemExit
         self.uncaught: int | None = None
         self._saved: tuple | None = None
 
@@ -57,11 +59,11 @@ class ExitWatch:
 
         self._saved = (saved_exit, saved_hook)
         self.exit_type = SystemExit
-        sys.exit, sys.excepthook, builtins.SystemExit = exit, excepthook, SystemExit
+        sys.exit, sys.excepthook, builtins.SystemExit = exit, excepthook, SystemExit  # type: ignore[misc]
 
     def uninstall(self) -> None:
         if self._saved is not None:
-            (sys.exit, sys.excepthook), builtins.SystemExit = self._saved, _REAL_SYSTEM_EXIT
+            (sys.exit, sys.excepthook), builtins.SystemExit = self._saved, _REAL_SYSTEM_EXIT  # type: ignore[misc]
             self._saved = None
 
     def code(self) -> tuple[int, str]:
@@ -118,7 +120,9 @@ class ScriptLeader:
         self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
         self.answered = threading.Event()  # the main thread: connected, or not
         self.ended = threading.Event()  # the script ended: its code in self.code
-        self.cluster = self.connect_error = self.me = None
+        self.cluster: Cluster | None = None
+        self.connect_error: BaseException | None = None
+        self.me: Rank | None = None
         self.code: int | None = None
         self.how = ""
         self.stuck = False  # the script did not end when told to: the agent ends the process
@@ -162,7 +166,7 @@ class ScriptLeader:
         self.agent.join()
         self.exit_watch.uninstall()
         self.signals.put_back(process_ends)
-        return self.result
+        return self.result if self.result is not None else code
 
     def at_exit(self) -> None:
         """atexit (before mpi4py's MPI_Finalize): the script ended; every rank ends with its code."""
@@ -186,7 +190,7 @@ class ScriptLeader:
         if self.stuck:
             self.comm.exit_now(self.result)
 
-    def start(self, me, cluster) -> None:
+    def start(self, me: Rank, cluster: Cluster) -> None:
         self.me, self.cluster = me, cluster
         self.handed_over.set()
         if not poll_until(self.answered.is_set, Deadline.after(self.config.startup_timeout), 0.05, me.check):
@@ -197,7 +201,8 @@ class ScriptLeader:
     def poll(self, timeout: float) -> int | None:
         if not self.ended.wait(timeout):
             return None
-        self.me.log.event("script_ended", code=self.code, how=self.how)
+        if self.me is not None:
+            self.me.log.event("script_ended", code=self.code, how=self.how)
         return self.code
 
     def stop(self, grace: float, code: int) -> None:
@@ -207,9 +212,10 @@ class ScriptLeader:
         signal.pthread_kill(self.main, signal.SIGTERM)
         if not self.ended.wait(grace):
             self.stuck = True
-            self.me.log.event("script_stuck", grace=grace)
-        else:
+            if self.me is not None:
+                self.me.log.event("script_stuck", grace=grace)
+        elif self.me is not None:
             self.me.log.event("script_ended", code=self.code, how=self.how)
 
-    def close(self, me) -> None:
+    def close(self, me: Rank) -> None:
         pass

@@ -9,6 +9,8 @@ import time
 
 from mpiray.elastic.autoscale import cancel_siblings
 from mpiray.elastic.registry import Registry
+from mpiray.rank.messages import Cluster
+from mpiray.rank.state import Rank
 from mpiray.raynode.gcs import gcs_answers
 
 GONE_AFTER = 3  # failed looks at the cluster's GCS in a row before this job calls it ended
@@ -19,11 +21,11 @@ class StayLeader:
     signal (this job's walltime, scancel) ends it as any job's (128+N)."""
 
     def __init__(self) -> None:
-        self.me = None
+        self.me: Rank | None = None
         self.misses = 0
         self.looked = 0.0
 
-    def start(self, me, cluster) -> None:
+    def start(self, me: Rank, cluster: Cluster) -> None:
         self.me = me
         me.log.event("serving", cluster=cluster.session.job_id, nodes=len(cluster.nodes), cpus=cluster.total_cpus)
 
@@ -32,20 +34,22 @@ class StayLeader:
         if time.monotonic() - self.looked < 1.0:
             return None
         self.looked = time.monotonic()
-        self.misses = 0 if gcs_answers(self.me.current_session.gcs_address, timeout=1.0) else self.misses + 1
+        me = self.me
+        assert me is not None, "poll() before start()"
+        self.misses = 0 if gcs_answers(me.current_session.gcs_address, timeout=1.0) else self.misses + 1
         if self.misses < GONE_AFTER:
             return None
-        self.me.log.event("cluster_ended", cluster=self.me.current_session.job_id)
-        if self.me.config.resources and "NODE_ID_AS_RESOURCE" in self.me.config.resources:
+        me.log.event("cluster_ended", cluster=me.current_session.job_id)
+        if me.config.resources and "NODE_ID_AS_RESOURCE" in me.config.resources:
             # A worker job of an autoscaler whose head job was killed: nobody else cancels the others.
-            gone = cancel_siblings(Registry(self.me.config.registry), self.me.current_session.job_id, self.me.env.scheduler)
+            gone = cancel_siblings(Registry(me.config.registry), me.current_session.job_id, me.env.scheduler)
             if gone:
-                self.me.log.event("siblings_cancelled", jobs=gone)
+                me.log.event("siblings_cancelled", jobs=gone)
         return 0
 
     def stop(self, grace: float, code: int) -> None:
         pass  # nothing runs but this job's nodes: teardown stops (and so drains) them
 
-    def close(self, me) -> None:
+    def close(self, me: Rank) -> None:
         pass
 

@@ -234,6 +234,7 @@ class RankLog:
                 if self._provisional is None or path == self.path:
                     self._provisional = None
                     return
+                assert self._events is not None and self.path is not None and self.events_path is not None  # opened together
                 self._human.close()  # the early files held only these records: they move
                 self._events.close()
                 self.path.unlink(missing_ok=True)
@@ -278,6 +279,7 @@ class RankLog:
         return record
 
     def _write(self, record: dict) -> None:
+        assert self._human is not None and self._events is not None  # only while open
         line = render(record["event"], {"rank": self.rank, "host": self.host, "pid": record["pid"], **record["fields"]})
         self._human.write(f"{stamp(record['time'])} rank {self.rank} ({self.host}): {line}\n")
         self._events.write(json.dumps(record, default=str) + "\n")

@@ -34,9 +34,9 @@ def launcher_terminal(pid: int | None = None) -> bool:
     except ImportError:
         return False
     try:
-        process = psutil.Process(pid)
+        process: psutil.Process | None = psutil.Process(pid)
         for _ in range(ANCESTORS):
-            process = process.parent()
+            process = process.parent() if process is not None else None
             if process is None:
                 return False
             if process.name() in LAUNCHERS:
@@ -105,6 +105,8 @@ class Progress:
         self.shown = None
 
     def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
         try:
             self.stream.write(text)
             self.stream.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from mpiray.logs.files import open_append
 
@@ -37,12 +37,12 @@ class Tee:
         except OSError as error:
             return cls(None, str(path), f"cannot open {path}: {error}")
 
-    def pump(self, pipe: BinaryIO, target: BinaryIO) -> None:
+    def pump(self, pipe: IO[bytes], target: IO[bytes]) -> None:
         thread = threading.Thread(target=self._pump, args=(pipe, target), name="tee-pump", daemon=True)
         thread.start()
         self._pumps.append(thread)
 
-    def _pump(self, pipe: BinaryIO, target: BinaryIO) -> None:
+    def _pump(self, pipe: IO[bytes], target: IO[bytes]) -> None:
         for line in iter(pipe.readline, b""):
             try:
                 self._lines.put_nowait(line)

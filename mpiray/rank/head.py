@@ -82,7 +82,7 @@ class Head:
         if not config.dry_run:
             self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
         nodes = tuple(r for r in reports if r.node_id)
-        cluster = Cluster(me.session, nodes, me.current_session.job_dir(config.log_dir),
+        cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir),
                           str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
                           str(me.ray_node.private.path) if me.node else None)
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,

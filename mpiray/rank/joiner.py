@@ -74,11 +74,11 @@ class Joiner(Head):
                        "nodes": len(cluster.nodes), "cpus": cluster.total_cpus, "gpus": cluster.total_gpus,
                        "node_ids": [r.node_id for r in cluster.nodes], "started": self.me.started,
                        "heartbeat": time.time(), "provider_node": provider_node}
-        self._say_joined()
+        self._say_joined(self.joined)
 
-    def _say_joined(self) -> None:
+    def _say_joined(self, joined: dict) -> None:
         try:
-            self.registry.add_join(self.me.current_session.job_id, self.joined)
+            self.registry.add_join(self.me.current_session.job_id, joined)
         except OSError as error:
             self.me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 
@@ -95,7 +95,7 @@ class Joiner(Head):
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:
             self.beat = time.monotonic()
             self.joined["heartbeat"] = time.time()
-            self._say_joined()
+            self._say_joined(self.joined)
 
     def announce(self, code: int) -> None:
         super().announce(code)

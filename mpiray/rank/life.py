@@ -31,7 +31,7 @@ from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Role
 from mpiray.rank.worker import Worker
 
 
@@ -46,13 +46,21 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     MPI_Init (early_log).
     """
     me = setup(config, comm, stop, log)
-    if me.rank == 0 and config.join:
-        from mpiray.rank.joiner import Joiner  # a joining job's rank 0 alone: off every other rank's start
+    role: Role
+    if me.rank == 0:
+        assert leader is not None, "rank 0 runs a leader step (leaders/)"
+        if config.join:
+            from mpiray.rank.joiner import Joiner  # a joining job's rank 0 alone: off every other rank's start
 
-        role = Joiner(me)
+            zero: RankZeroRole = Joiner(me)
+        else:
+            zero = Head(me)
+        role = zero
+        code = outcome(me, lambda: drive(me, zero, leader))
     else:
-        role = Worker(me) if me.rank else Head(me)
-    code = outcome(me, lambda: drive(me, role, leader) if me.rank == 0 else role.serve())
+        worker = Worker(me)
+        role = worker
+        code = outcome(me, worker.serve)
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
     leave(me, code, process_ends)
     return code

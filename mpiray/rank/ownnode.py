@@ -37,7 +37,7 @@ def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscalin
     """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so.
 
     autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""
-    config, session = me.config, me.session
+    config, session = me.config, me.current_session
     if config.dry_run:
         ray_dir = config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
     else:
@@ -130,13 +130,14 @@ def join(me: Rank) -> NodeInfo:
                 raise
             me.log.event("join_retry", reason=str(failure), attempt=attempt + 1, attempts=JOIN_ATTEMPTS)
             me.ray_node.restart(RAY_STOP_GRACE)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.current_session.started, me.config.startup_timeout)
     node = me.ray_node.wait_alive(deadline, me.check, me.current_session.gcs_address, me.config.startup_timeout)
     me.ray_node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
-    for key, note in me.ray_node.output.compat.items():  # said before the node's ALIVE line, so all here now
+    for key, note in me.ray_node.started[1].compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node
 
@@ -155,12 +156,13 @@ def describe_when_started(me: Rank) -> bool:
 def write_manifest(me: Rank) -> None:
     """The node_manifest event: where the node is, every port its processes listen on, its dirs,
     versions, the token's fingerprint, resources, and when each start-up phase ended."""
-    node = me.node
+    node = me.ray_node
     import hashlib  # ~10 ms of import (OpenSSL): off every rank's start-up path, only here, after it
 
     listening = processes.listening_ports(node.pids())
     token = hashlib.sha256(me.current_session.token.encode()).hexdigest()[:16] if me.current_session.token else "none (--no-auth)"
     spec = node.spec
+    assert spec is not None  # the node was started of it
     started = me.current_session.started
     me.log.event(
         "node_manifest",

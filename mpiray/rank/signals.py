@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import signal
+from types import FrameType
+from typing import Any, Callable, Union
 
 from mpiray.errors import Interrupted
+
+Handler = Union[Callable[[int, Union[FrameType, None]], Any], int, signal.Handlers, None]  # as signal.signal() takes
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -14,7 +18,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._before: dict[int, object] = {}  # the handlers install() replaced
+        self._before: dict[int, Handler] = {}  # the handlers install() replaced
 
     def install(self) -> None:
         """From the main thread (only it may set signal handlers)."""

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, ForeignGcs, GcsOverloaded, LaunchError, NodeStartFailed, StartupTimeout
@@ -34,6 +34,9 @@ from mpiray.logs.files import open_append
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.output import NodeOutput
 from mpiray.raynode.private import GUARD_FILE, PrivateDir, remove_stale
+
+if TYPE_CHECKING:
+    from mpiray.raynode.commands import NodeSpec
 
 STARTUP_POLL = 0.02  # seconds between looks at the node's output (in memory) while it starts: on the critical path
 STACK_DUMP_WAIT = 0.5
@@ -53,7 +56,7 @@ class RayNode:
         self.alive = False  # seen ALIVE in the GCS
         self.kept: Path | None = None  # where close() kept Ray's logs
         self.swept: list[Path] = []  # stale private dirs of killed ranks, removed by prepare()
-        self.spec = None  # commands.NodeSpec: what start() was asked to start
+        self.spec: NodeSpec | None = None  # what start() was asked to start
         self.times: dict[str, float] = {}  # time.time() of each start-up phase: started, released, alive, settled
         self.described = False  # its manifest was logged
         self.node_id: str | None = None  # Ray's, once ALIVE
@@ -85,7 +88,14 @@ class RayNode:
     def ray_dir(self) -> Path:
         return self.private.ray_dir
 
-    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec=None) -> None:
+    @property
+    def started(self) -> tuple[subprocess.Popen, NodeOutput]:
+        """Its `ray start` process and output, for the steps that come after start()."""
+        if self.proc is None or self.output is None:
+            raise RuntimeError("this Ray node's `ray start` was not started")
+        return self.proc, self.output
+
+    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec: NodeSpec | None = None) -> None:
         """Run starter.py, which imports Ray's CLI now and runs `ray start` once released; all
         of the node's processes on the CPUs in affinity, if given. spec: the NodeSpec argv was made of."""
         self._argv, self._env, self._affinity, self.spec = list(argv), dict(env), tuple(affinity), spec
@@ -94,11 +104,12 @@ class RayNode:
             out = open_append(self.output_path)
         except OSError as error:
             raise ConfigError(f"cannot write {self.output_path}: {error}") from None
-        self.output = NodeOutput(self.output_path)
-        self.proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.PIPE, affinity=affinity)
-        self.output.copy(self.proc.stdout, out)
-        self.guard.watch_group(self.proc)
+        self.output = output = NodeOutput(self.output_path)
+        self.proc = proc = processes.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.PIPE, affinity=affinity)
+        assert proc.stdout is not None  # piped just above
+        output.copy(proc.stdout, out)
+        self.guard.watch_group(proc)
 
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
@@ -109,9 +120,11 @@ class RayNode:
     def release(self) -> None:
         """Let `ray start` go (see starter.py)."""
         self.times["released"] = time.time()
+        stdin = self.started[0].stdin
+        assert stdin is not None  # start() pipes it
         try:
-            self.proc.stdin.write(b"go\n")
-            self.proc.stdin.close()
+            stdin.write(b"go\n")
+            stdin.close()
         except BrokenPipeError:
             pass  # it already exited: the wait that follows reports why
 
@@ -119,31 +132,34 @@ class RayNode:
         return self.proc is not None and self.proc.poll() is not None
 
     def exit_code(self) -> int:
-        return processes.exit_code(self.proc.returncode)
+        return processes.exit_code(self.started[0].returncode)
 
     def check_running(self) -> None:
         if self.exited():
-            failed = GcsOverloaded if self.output.startup_timed_out else NodeStartFailed
+            output = self.started[1]
+            failed = GcsOverloaded if output.startup_timed_out else NodeStartFailed
             raise failed(f"`ray start` exited with code {self.exit_code()} before its node joined: "
-                         f"{self.output.tail()} (full output: {self.output_path})")
+                         f"{output.tail()} (full output: {self.output_path})")
 
     def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
         """This node as the GCS shows it once ALIVE: starter.py prints that line into the node's output."""
 
+        output = self.started[1]
+
         def alive():
-            if self.output.watch_failed is not None:
-                refused = any(sign in self.output.watch_failed for sign in ("InvalidAuthToken", "Authentication"))
+            if output.watch_failed is not None:
+                refused = any(sign in output.watch_failed for sign in ("InvalidAuthToken", "Authentication"))
                 raise (ForeignGcs if refused else LaunchError)(
-                    f"the watch for this rank's Ray node failed: {self.output.watch_failed} (see {self.output_path})")
+                    f"the watch for this rank's Ray node failed: {output.watch_failed} (see {self.output_path})")
             self.check_running()
-            return self.output.alive
+            return output.alive
 
         record = poll_until(alive, deadline, STARTUP_POLL, between)
         if record is None:
             self._dump_stacks()
             raise StartupTimeout(
                 f"this rank's Ray node was not ALIVE at {gcs_address} within --startup-timeout {timeout:g} s "
-                f"(`ray start` output: {self.output.tail(settle=0)}; its threads' stacks are at the end of {self.output_path})"
+                f"(`ray start` output: {output.tail(settle=0)}; its threads' stacks are at the end of {self.output_path})"
             )
         self.alive = True
         self.times["alive"] = time.time()
@@ -152,14 +168,14 @@ class RayNode:
     def _dump_stacks(self) -> None:
         """Ask starter.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
         try:
-            os.kill(self.proc.pid, signal.SIGUSR1)
+            os.kill(self.started[0].pid, signal.SIGUSR1)
         except ProcessLookupError:
             return
         time.sleep(STACK_DUMP_WAIT)
 
     def ray_started(self) -> bool:
         """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
-        done = self.output.ray_started or self.exited()
+        done = self.started[1].ray_started or self.exited()
         if done and "settled" not in self.times:
             self.times["settled"] = time.time()
         return done

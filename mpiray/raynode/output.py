@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 RAY_STARTUP_TIMEOUT = b"timed out during startup"  # ray/_private/node.py: a raylet not registered within 30 s
 RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
@@ -57,7 +57,7 @@ class NodeOutput:
                 self.watch_failed = line[line.index(WATCH_FAILED) + len(WATCH_FAILED):].decode(errors="replace")
         return lines
 
-    def copy(self, pipe: BinaryIO, out: BinaryIO | None) -> threading.Thread:
+    def copy(self, pipe: IO[bytes], out: IO[bytes] | None) -> threading.Thread:
         """Until the pipe's end: each chunk into out (the per-rank file) and through feed()."""
 
         def run() -> None:

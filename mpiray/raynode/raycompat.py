@@ -40,12 +40,14 @@ def ray_version() -> str:
     if spec is None or spec.origin is None:
         return "not installed"
     try:
-        text = Path(spec.origin).with_name("_version.py").read_text()
-        return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
-    except (OSError, AttributeError):
-        from importlib.metadata import version
+        found = re.search(r'^version = "([^"]+)"', Path(spec.origin).with_name("_version.py").read_text(), re.M)
+    except OSError:
+        found = None
+    if found is not None:
+        return found.group(1)
+    from importlib.metadata import version
 
-        return version("ray")
+    return version("ray")
 
 
 def version_problem(version: str, auth: bool) -> str | None:
@@ -69,6 +71,8 @@ def agent_http_problem(auth: bool, full_agent: bool, agent_source: str | None = 
         return None
     if agent_source is None:
         spec = importlib.util.find_spec("ray")  # does not import Ray
+        if spec is None or spec.origin is None:
+            return None
         try:
             agent_source = Path(spec.origin).parent.joinpath("dashboard", "http_server_agent.py").read_text()
         except (AttributeError, OSError, TypeError):
@@ -88,7 +92,7 @@ def reload_auth_settings() -> None:
     them would call its own cluster without the token. Ray's own _enable_token_auth does the same.
     """
     if "ray._raylet" in sys.modules:
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's _raylet.pyi names a part of it
 
         Config.initialize("")
 
@@ -110,7 +114,7 @@ def _lacks(capability: str, note: str) -> None:
 
 
 def gcs_client(address: str):
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     return GcsClient(address=address)
 
@@ -200,7 +204,7 @@ def check_stop_order() -> None:
                f"waits for a head already gone: the head stops after the workers' nodes")
 
 
-def start_log_monitor(gcs_address: str, node_ip: str, temp_dir: str) -> None:
+def start_log_monitor(gcs_address: str, node_ip: str | None, temp_dir: str) -> None:
     """Ray's log monitor for this node, started as Node.start_log_monitor does."""
     import inspect
 

@@ -43,8 +43,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     size = (head.size if head and head.size else max(sizes, default=0)) or (max(facts, default=-1) + 1)
     size = max(size, max(facts, default=-1) + 1)
     peers = head.peers if head else {}
-    known = [f for f in facts.values() if f.first is not None]
-    t0 = min((f.first for f in known), default=None)
+    t0 = min((f.first for f in facts.values() if f.first is not None), default=None)
     joins, autoscaler = joins or {}, autoscaler or []
 
     def rel(time: float | None) -> float | None:
@@ -215,10 +214,10 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
     last_join = max(joined, key=lambda e: e["joined_s"], default=None)
     peers = head.peers
     stopped = [f for f in facts.values() if f.stopped is not None]
-    last_stop = max(stopped, key=lambda f: f.stopped, default=None)
+    last_stop = max(stopped, key=lambda f: f.stopped or 0.0, default=None)
     slowest = max(stopped, key=lambda f: f.stopped_seconds, default=None)
     exits = [f for f in facts.values() if f.exit_time is not None]
-    last_exit = max(exits, key=lambda f: f.exit_time, default=None)
+    last_exit = max(exits, key=lambda f: f.exit_time or 0.0, default=None)
 
     def phase(name, time, rank=None, detail=""):
         return {"phase": name, "s": rel(time), "rank": rank, "detail": detail}

@@ -14,6 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpiray.logs.report.parse import RankFacts
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ PMI2_UCX = ("under srun --mpi=pmi2, MPICH over UCX can fail in MPI_Init now and 
             "MPIR_CVAR_CH4_NETMOD=ofi, or use an MPI with PMIx and srun --mpi=pmix")
 
 
-def classify(ranks: list[dict], facts: Mapping[int, object], ray_log: Callable[[int], str] | Mapping[int, str],
+def classify(ranks: list[dict], facts: Mapping[int, RankFacts], ray_log: Callable[[int], str] | Mapping[int, str],
              exit_code: int | None, driver_code: int | None) -> list[dict]:
     """The causes of a job's failure: [{cause, title, fix, ranks, evidence, note}], the first seen first.
 

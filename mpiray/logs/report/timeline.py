@@ -25,6 +25,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     """One horizontal bar per rank (segments in COLOURS), the phases as dotted lines; returns (width, height) in pixels."""
     try:
         # A Figure without pyplot: drawn by Agg into the file, no window, no global backend switch.
+        from matplotlib.artist import Artist
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
@@ -59,9 +60,9 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
             if stop > logged:  # no line after its last one: it was killed somewhen up to here
                 ax.barh(y, stop - logged, left=logged, height=0.72, color=COLOURS[kind], alpha=0.35,
                         hatch="///", edgecolor="white", linewidth=0)
-        for error in (e["error_s"], e["job_error_s"]):
-            if error is not None:
-                ax.plot([error], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
+        for failed_at in (e["error_s"], e["job_error_s"]):
+            if failed_at is not None:
+                ax.plot([failed_at], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
                         markeredgecolor="white", markeredgewidth=0.8, linestyle="none", zorder=5)
         if not many and not e["has_log"]:
             ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
@@ -90,7 +91,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
         f"exit code {code if code is not None else 'unknown (no exit line)'}",
         y=1 - 0.15 / height, va="top", fontsize=11,
     )
-    handles = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
+    handles: list[Artist] = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
     if any(e["error_s"] is not None or e["job_error_s"] is not None for e in ranks):
         handles.append(Line2D([], [], marker="X", color=ERROR_COLOUR, linestyle="none", markersize=8, label="error"))
     if report["job_dir_changed_s"] is not None:
@@ -106,7 +107,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
 
 def joined_rows(report: dict, first: int) -> list[dict]:
     """The ranks of the jobs that joined the cluster, as more rows of the chart."""
-    rows = []
+    rows: list[dict] = []
     for job in report.get("joined_jobs", []):
         for r in job["ranks"]:
             rows.append({"rank": first + len(rows), "label": f"job {job['job_id']} rank {r['rank']}", "host": r["host"],
