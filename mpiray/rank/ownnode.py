@@ -137,7 +137,7 @@ def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.current_session.started, me.config.startup_timeout)
     node = me.ray_node.wait_alive(deadline, me.check, me.current_session.gcs_address, me.config.startup_timeout)
     me.ray_node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
-    for key, note in me.ray_node.started[1].compat.items():  # said before the node's ALIVE line, so all here now
+    for key, note in me.ray_node.started_output.compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node
 

@@ -58,7 +58,7 @@ def head_stops_last(me: Rank) -> bool:
     """On a normal end, with a Ray that does not drain a node it stops (this rank's node said so; every
     rank runs the same Ray): rank 0 waits for the workers' STOPPED, which they send."""
     return (me.stop.signum is None and me.node is not None and me.ray_node.alive
-            and raycompat.DRAIN_ON_STOP in me.ray_node.started[1].compat)
+            and raycompat.DRAIN_ON_STOP in me.ray_node.started_output.compat)
 
 
 def settle(me: Rank) -> None:

@@ -89,11 +89,18 @@ class RayNode:
         return self.private.ray_dir
 
     @property
-    def started(self) -> tuple[subprocess.Popen, NodeOutput]:
-        """Its `ray start` process and output, for the steps that come after start()."""
-        if self.proc is None or self.output is None:
+    def started_process(self) -> subprocess.Popen:
+        """Its `ray start` process, for the steps that come after start()."""
+        if self.proc is None:
             raise RuntimeError("this Ray node's `ray start` was not started")
-        return self.proc, self.output
+        return self.proc
+
+    @property
+    def started_output(self) -> NodeOutput:
+        """What its `ray start` said, for the steps that come after start()."""
+        if self.output is None:
+            raise RuntimeError("this Ray node's `ray start` was not started")
+        return self.output
 
     def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec: NodeSpec | None = None) -> None:
         """Run starter.py, which imports Ray's CLI now and runs `ray start` once released; all
@@ -120,7 +127,7 @@ class RayNode:
     def release(self) -> None:
         """Let `ray start` go (see starter.py)."""
         self.times["released"] = time.time()
-        stdin = self.started[0].stdin
+        stdin = self.started_process.stdin
         assert stdin is not None  # start() pipes it
         try:
             stdin.write(b"go\n")
@@ -132,11 +139,11 @@ class RayNode:
         return self.proc is not None and self.proc.poll() is not None
 
     def exit_code(self) -> int:
-        return processes.exit_code(self.started[0].returncode)
+        return processes.exit_code(self.started_process.returncode)
 
     def check_running(self) -> None:
         if self.exited():
-            output = self.started[1]
+            output = self.started_output
             failed = GcsOverloaded if output.startup_timed_out else NodeStartFailed
             raise failed(f"`ray start` exited with code {self.exit_code()} before its node joined: "
                          f"{output.tail()} (full output: {self.output_path})")
@@ -144,7 +151,7 @@ class RayNode:
     def wait_alive(self, deadline: Deadline, between: Callable[[], None], gcs_address: str, timeout: float) -> NodeInfo:
         """This node as the GCS shows it once ALIVE: starter.py prints that line into the node's output."""
 
-        output = self.started[1]
+        output = self.started_output
 
         def alive():
             if output.watch_failed is not None:
@@ -168,14 +175,14 @@ class RayNode:
     def _dump_stacks(self) -> None:
         """Ask starter.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""
         try:
-            os.kill(self.started[0].pid, signal.SIGUSR1)
+            os.kill(self.started_process.pid, signal.SIGUSR1)
         except ProcessLookupError:
             return
         time.sleep(STACK_DUMP_WAIT)
 
     def ray_started(self) -> bool:
         """`ray start` is done starting (or gone): stopping it now is an orderly stop."""
-        done = self.started[1].ray_started or self.exited()
+        done = self.started_output.ray_started or self.exited()
         if done and "settled" not in self.times:
             self.times["settled"] = time.time()
         return done
