@@ -19,171 +19,16 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from train import cli, config, storage
-from train.envs import BasicEnv, CorridorEnv, EnvConfigError, EnvFactory, EnvNotFoundError, inspect_env
-from train.evaluate import find_checkpoint, format_returns
-from train.options import UsageError
-from train.plot import find_progress_files, plot_runs, read_curve
-from train.progress import format_progress
+from train import cli, config
 
 from helpers import exit_codes, launch
 from trainer.test_config import TINY
+from trainer.test_plot import PNG_MAGIC
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 240
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-# ---------------------------------------------------------------- envs
-
-
-def test_basic_env_rewards_only_action_two():
-    env = BasicEnv()
-    assert (env.observation_space.n, env.action_space.n) == (2, 5)
-    for action in range(5):
-        observation, info = env.reset(seed=0)
-        assert observation == 0
-        observation, reward, terminated, truncated, info = env.step(action)
-        assert (observation, reward, terminated, truncated) == (1, 1.0 if action == 2 else -1.0, True, False)
-
-
-def test_corridor_env_walks_to_the_goal():
-    env = CorridorEnv({"corridor_length": 3})
-    observation, _ = env.reset(seed=0)
-    assert env.observation_space.contains(observation)
-    rewards = [env.step(1)[1] for _ in range(3)]
-    assert rewards == [-0.1, -0.1, 1.0]
-    assert env.reward_threshold == pytest.approx(0.6)
-    assert env.step(0)[0] == np.array([2.0], dtype=np.float32)
-
-
-class KeywordEnv(BasicEnv):
-    def __init__(self, reward_scale=1.0):
-        super().__init__()
-        self.reward_scale = reward_scale
-
-
-class RequiredConfigEnv(BasicEnv):
-    def __init__(self, settings):
-        super().__init__()
-        self.settings = settings
-
-
-def test_env_factory_supports_both_constructor_conventions():
-    assert EnvFactory(CorridorEnv)({"corridor_length": 4}).corridor_length == 4
-    assert EnvFactory(CorridorEnv)({}).corridor_length == 10
-    assert EnvFactory(KeywordEnv)({"reward_scale": 2.0}).reward_scale == 2.0
-    assert EnvFactory(KeywordEnv)({}).reward_scale == 1.0
-    assert EnvFactory(RequiredConfigEnv)({"x": 1}).settings == {"x": 1}
-    assert isinstance(EnvFactory(BasicEnv)({}), BasicEnv)
-
-
-def test_envs_resolve_by_name_class_path_and_gymnasium_id():
-    assert inspect_env("BasicEnv").factory == EnvFactory(BasicEnv)
-    assert inspect_env("train.envs.corridor:CorridorEnv").factory == EnvFactory(CorridorEnv)
-    cartpole = inspect_env("CartPole-v1")
-    assert cartpole.factory is None and cartpole.reward_threshold == 475.0
-    with pytest.raises(EnvNotFoundError):
-        inspect_env("NoSuchEnv-v0")
-    with pytest.raises(EnvConfigError):
-        inspect_env("CartPole-v1", {"no_such_kwarg": 1})
-
-
-# ---------------------------------------------------------------- storage, naming, small pieces
-
-
-@pytest.mark.parametrize(
-    ("environ", "expected"),
-    [
-        ({"MPIRAY_LOG_DIR": "/work/logs/123", "MPIRAY_JOB_ID": "123"}, "/work/results"),
-        ({"MPIRAY_LOG_DIR": "/work/logs", "MPIRAY_JOB_ID": "123"}, "/work/results"),
-    ],
-)
-def test_default_storage_sits_beside_the_logs(environ, expected):
-    assert storage.default_storage_path(environ) == Path(expected)
-
-
-def test_default_storage_without_launcher_is_cwd_results(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert storage.default_storage_path({}) == tmp_path / "results"
-
-
-def test_experiment_names_are_file_safe():
-    assert storage.experiment_prefix("PPO", "my.pkg:My Env") == "PPO_my.pkg_My_Env_"
-    assert re.fullmatch(r"DQN_CartPole-v1_\d{8}-\d{6}", storage.experiment_name("DQN", "CartPole-v1"))
-
-
-def test_progress_line_and_return_summary():
-    result = {"training_iteration": 3, "num_env_steps_sampled_lifetime": 1200.0, "time_total_s": 4.25,
-              "env_runners": {"episode_return_mean": 1.0, "episode_return_min": 1.0, "episode_return_max": 1.0}}
-    assert format_progress("abc", result) == (
-        "[train] abc iter 3 | 1200 env steps | return 1.000 (min 1.000, max 1.000) | 4.2 s"
-    )
-    assert format_returns([1.0, -1.0]) == "episodes: 2  mean return: 0.000  min: -1.000  max: 1.000"
-
-
-def test_find_checkpoint_picks_the_newest_under_a_run(tmp_path):
-    for index in (0, 1):
-        checkpoint = tmp_path / "trial" / f"checkpoint_00000{index}"
-        checkpoint.mkdir(parents=True)
-        (checkpoint / "rllib_checkpoint.json").write_text("{}")
-        os.utime(checkpoint, (index, index))
-    assert find_checkpoint(tmp_path).name == "checkpoint_000001"
-    assert find_checkpoint(tmp_path / "trial" / "checkpoint_000000").name == "checkpoint_000000"
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(UsageError, match="no RLlib checkpoint"):
-        find_checkpoint(tmp_path / "empty")
-
-
-# ---------------------------------------------------------------- plot (no Ray)
-
-
-def write_progress(path: Path, rows: list[dict]) -> Path:
-    path.mkdir(parents=True)
-    with open(path / "progress.csv", "w", newline="") as csv_file:
-        writer = csv.DictWriter(csv_file, fieldnames=list(rows[-1]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path / "progress.csv"
-
-
-def progress_rows(returns):
-    """progress.csv rows; "" stands for an iteration without finished episodes."""
-    return [
-        {"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 100 * (i + 1), "time_total_s": 2.0 * (i + 1),
-         "env_runners/episode_return_mean": value,
-         "env_runners/episode_return_min": "" if value == "" else value - 1,
-         "env_runners/episode_return_max": "" if value == "" else value + 1}
-        for i, value in enumerate(returns)
-    ]
-
-
-def test_plot_draws_runs_into_a_real_png(tmp_path):
-    write_progress(tmp_path / "one_core" / "PPO_x_00000_0", progress_rows([1, 2, 3]))
-    write_progress(tmp_path / "all_cores" / "PPO_x_00000_0", progress_rows(["", 5, 9]))
-    output = tmp_path / "out" / "curves.png"
-    options = cli.plot_options(cli.build_plot_parser({}).parse_args(
-        [str(tmp_path / "one_core"), str(tmp_path / "all_cores"), "-o", str(output), "--labels", "1 core,all cores"]))
-    assert plot_runs(options) == 0
-    assert output.read_bytes()[:8] == PNG_MAGIC
-    import matplotlib.image
-
-    assert matplotlib.image.imread(output).shape[:2] == (450, 1200)
-
-
-def test_plot_skips_iterations_without_episodes(tmp_path):
-    curve = read_curve(write_progress(tmp_path / "run", progress_rows(["", 2.0])), "run")
-    assert (curve.env_steps, curve.mean_return) == ([200.0], [2.0])
-
-
-def test_plot_without_progress_files_is_a_usage_error(tmp_path, capsys):
-    assert cli.main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == cli.EXIT_USAGE
-    assert "no non-empty progress.csv" in capsys.readouterr().err
-    with pytest.raises(UsageError):
-        find_progress_files([tmp_path / "missing"])
 
 
 # ---------------------------------------------------------------- real training (Ray), marked
@@ -420,12 +265,6 @@ def test_quiet_filters_this_process_and_tells_ray_then_puts_everything_back(capl
     rllib.warning("You are running DQN on the new API stack! again")
     assert environ == {console.SKIP_VARIABLE: "mine"}
     assert [record.getMessage()[:20] for record in caplog.records] == ["a warning of its own", "You are running DQN "]
-
-
-def test_checkpoint_summary_line():
-    from train.progress import format_checkpoints
-
-    assert format_checkpoints(5, 2) == "checkpoints: 5 saved, 2 kept"
 
 
 def console_run(tmp_path, *extra):
