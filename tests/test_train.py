@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from train import cli, config
+from train import cli
 
 from helpers import exit_codes, launch
 from trainer.test_config import TINY
@@ -220,53 +220,6 @@ def test_train_starts_its_own_cluster_over_mpi_ranks_with_dash_dash_mpi(tmp_path
 # ---------------------------------------------------------------- the console
 
 
-# Lines as Ray prints them on a launched PPO run (driver, and actors through the log monitor).
-RAY_INTERNAL_LINES = [
-    "2026-11-23 15:37:41,517\tWARNING algorithm_config.py:5160 -- You are running PPO on the new API stack! "
-    "This is the new default behavior for this algorithm.",
-    "(PPO pid=350) [2026-11-23 15:37:44,196 E 350 350] core_worker.cc:2465: Actor with class name: "
-    "'SingleAgentEnvRunner' and ID: '13d56eacea7187fa0e32baa701000000' has constructor arguments in the object "
-    "store and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
-    "restart will fail.",
-    "(SingleAgentEnvRunner pid=398) DeprecationWarning: `RLModule(config=[RLModuleConfig object])` has been "
-    "deprecated. Use `RLModule(observation_space=.., action_space=..)` instead.",
-    "(PPO pid=350) Install gputil for GPU system monitoring.",
-    "(PPO(env=BasicEnv; env-runners=1) pid=350) Checkpoint successfully created at: Checkpoint(filesystem=local, "
-    "path=/tmp/results/x/checkpoint_000000)",
-]
-
-
-def test_every_internal_notice_is_named_once_and_only_those_lines_match():
-    from train import console
-
-    for line in RAY_INTERNAL_LINES:
-        assert sum(re.search(pattern, line) is not None for _, pattern in console.INTERNAL_NOTICES) == 1, line
-        assert console.is_internal_notice(line)
-    for kept in ["[train] abc iter 3 | 1200 env steps | return 1.000 (min 1.000, max 1.000) | 4.2 s",
-                 "DeprecationWarning: `my_env.step()` has been deprecated.",
-                 "(PPO pid=350) WARNING env.py:1 -- my env warns", "Actor with class name: 'MyActor' and ID: 'x' "
-                 "has constructor arguments in the object store and max_restarts > 0"]:
-        assert not console.is_internal_notice(kept), kept
-
-
-def test_quiet_filters_this_process_and_tells_ray_then_puts_everything_back(caplog):
-    import logging
-
-    from train import console
-
-    environ = {console.SKIP_VARIABLE: "mine"}
-    rllib = logging.getLogger("ray.rllib.algorithms.algorithm_config")
-    with console.quiet(environ):
-        assert re.search(environ[console.SKIP_VARIABLE], "mine") and re.search(
-            environ[console.SKIP_VARIABLE], RAY_INTERNAL_LINES[3])
-        assert environ[console.NEW_OUTPUT_VARIABLE] == "0"
-        rllib.warning("You are running PPO on the new API stack! This is the new default")
-        rllib.warning("a warning of its own")
-    rllib.warning("You are running DQN on the new API stack! again")
-    assert environ == {console.SKIP_VARIABLE: "mine"}
-    assert [record.getMessage()[:20] for record in caplog.records] == ["a warning of its own", "You are running DQN "]
-
-
 def console_run(tmp_path, *extra):
     """A short real run that starts every actor that prints notices: 1 env runner, 2 iterations."""
     return run_train_command([*TINY, "--num-cpus", "2", "--num-env-runners", "1", "--stop-iters", "2",
@@ -300,43 +253,3 @@ def test_verbose_keeps_everything(tmp_path):
     assert finished.returncode == 0, finished.stdout[-5000:]
     assert [m for m in NOTICE_MARKERS if m not in finished.stdout] == [], finished.stdout[-5000:]
     assert re.search(r"^\[train\] \w+ iter 2 \| ", finished.stdout, re.M)
-
-
-@pytest.mark.parametrize("text, lost", [
-    ('ray::PPO.train() ... learner_group.py", line 722, in _get_results ... RuntimeError: [gloo/transport/tcp/pair.cc:553] '
-     'Connection closed by peer [10.77.0.13]:64130. This is typically caused by a remote worker crashing.', True),
-    ("learner_group.py ... ray.exceptions.ActorDiedError: The actor died because its node has died.", True),
-    ("learner_group.py ... Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0.1]", False),
-    ("env_runner_group.py ... ActorDiedError: The actor died because its node has died.", False),
-])
-def test_a_trial_that_lost_a_learners_node_is_told_from_other_failures(text, lost):
-    from train.run import lost_learner
-
-    assert lost_learner(RuntimeError(text)) is lost
-
-
-def test_the_watch_ends_a_trial_whose_learner_node_is_gone_once_and_says_why(monkeypatch, capsys):
-    """A node lost without closing its connections (power, a dead host) leaves the other learners waiting in
-    their all-reduce (torch's 30 min): the driver ends that trial itself once Ray sees the node gone."""
-    from types import SimpleNamespace
-
-    import ray
-
-    from train import watch
-
-    killed, nodes = [], [{"NodeManagerAddress": "10.0.0.1", "Alive": True}, {"NodeManagerAddress": "10.0.0.2", "Alive": True}]
-    monkeypatch.setattr(ray, "nodes", lambda: nodes)
-    monkeypatch.setattr(ray, "kill", killed.append)
-    monkeypatch.setattr(watch, "CHECK_EVERY_S", 0.0)
-    monkeypatch.setattr(watch, "LOST", {})
-    monkeypatch.setattr(watch, "_PLACES", {})
-    trial = SimpleNamespace(trial_id="t1", temporary_state=SimpleNamespace(ray_actor="the trial's actor"))
-    callback = watch.LearnerNodeWatch()
-    callback.on_trial_result(0, [trial], trial, {config.LEARNERS_KEY: "10.0.0.1,10.0.0.2"})
-    callback.on_step_begin(1, [trial])
-    assert killed == []  # every learner's node alive
-    nodes[1]["Alive"] = False
-    callback.on_step_begin(2, [trial])
-    callback.on_step_begin(3, [trial])
-    assert killed == ["the trial's actor"] and watch.LOST == {"t1": "10.0.0.2"}
-    assert "the node of a learner (10.0.0.2) is gone" in capsys.readouterr().err
