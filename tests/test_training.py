@@ -1,8 +1,9 @@
-"""Tests of the RLlib trainer (train/).
+"""Real trainings with the RLlib trainer (python -m train), tiny budgets on BasicEnv: what a run writes,
+checkpoints kept by score, evaluate and plot of that run, DQN as the driver of a 2-node job under the launcher,
+SIGTERM then resume, --mpi, and a console without Ray's internal notices.
 
-Unmarked tests are pure (no Ray). Tests marked ``train`` run the trainer in a
-subprocess on a local Ray (or a small fake multi-node cluster) with tiny
-budgets; select them with ``pytest -m train``.
+Every test runs the trainer in a subprocess (on a local Ray, as the launcher's driver, or with --mpi over mpirun)
+and is marked ``train``; select them with ``pytest -m train``. The pure tests of train/ are in tests/trainer/.
 """
 
 from __future__ import annotations
