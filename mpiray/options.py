@@ -16,13 +16,13 @@ import json
 import math
 import os
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from mpiray.batch import environment
 from mpiray.config import DEFAULT_DRIVER, Config, parse_bounds
+from mpiray.console import say
 from mpiray.errors import ConfigError
 from mpiray.raynode import commands, private, raycompat
 
@@ -211,16 +211,6 @@ def _close_matches(name: str, choices) -> list[str]:
     import difflib  # ~9 ms of import on every rank: only for a misspelling
 
     return difflib.get_close_matches(name, choices, n=1)
-
-
-def first_task(environ: Mapping[str, str]) -> bool:
-    # Under mpirun every task parses the same argv: the first one alone explains, the others just exit.
-    return environment.detect(environ).task_rank in (None, 0)
-
-
-def say(environ: Mapping[str, str], kind: str, message: str) -> None:
-    if first_task(environ):
-        print(f"mpiray: {kind}: {message}", file=sys.stderr)
 
 
 def default_temp_dir(environ: Mapping[str, str]) -> Path:
