@@ -11,7 +11,7 @@ from mpiray.batch.environment import safe_job_id
 from mpiray.cli import run
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
-from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
+from mpiray.options import OTHER_VARIABLES, build_parser, parse_args
 from mpiray.raynode import raycompat
 
 
@@ -269,13 +269,6 @@ def test_redis_password_is_accepted_and_explained(capsys):
     config = parse_args(["--redis-password", "5241590000000000"], environ={})
     assert config.driver == DEFAULT_DRIVER
     assert "Ray no longer uses Redis" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("1000", 1000), ("2G", 2 * 2**30), ("512M", 512 * 2**20), ("1.5g", int(1.5 * 2**30)), ("64KiB", 64 * 1024),
-])
-def test_parse_bytes(text, expected):
-    assert parse_bytes(text) == expected
 
 
 def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_before_mpi(monkeypatch):
