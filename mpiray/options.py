@@ -102,6 +102,8 @@ class Option:
     switch: bool = False  # --name / --no-name
     not_a_keyword: str = ""  # why init() does not take it as a keyword ("": it does)
     shown_default: str | None = None  # the default as the docs show it, where the value says too little
+    # Where the default depends on the environment (beyond MPIRAY_NAME, which wins): environ -> the default.
+    default_from: Callable[[Mapping[str, str]], Any] | None = None
 
     @property
     def flag(self) -> str:
@@ -113,11 +115,9 @@ class Option:
 
     def default_in(self, environ: Mapping[str, str]) -> Any:
         """The default, unless its MPIRAY_ variable says otherwise (checked as the flag would be)."""
-        if self.name == "temp_dir" and _setting(environ, self.variable) is None:
-            return default_temp_dir(environ)
         text = _setting(environ, self.variable)
         if text is None:
-            return self.default
+            return self.default_from(environ) if self.default_from else self.default
         if self.switch:
             try:
                 return values.boolean(text)
@@ -164,7 +164,7 @@ OPTIONS = (
     Option("interface", None, "network interface whose address the nodes advertise, e.g. ib0 or hsn0",
            values.interface, shown_default="the one that routes to the head"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
-           "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp"),
+           "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp", default_from=default_temp_dir),
     Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "
            "DIR/mpiray-UID-spill-JOBID (0700; a shared file system works: Ray adds each node's id), removed at the "
            "end; give a local disk, not RAM", values.path, shown_default="the temp dir's"),
