@@ -24,7 +24,7 @@ from mpiray.console import first_task, quiet_exit_delay, say
 from mpiray.errors import ConfigError, TrainerMissing
 from mpiray.leaders.command import CommandLeader
 from mpiray.options import parse_args
-from mpiray.rank import life
+from mpiray.rank import life, preflight
 from mpiray.rank.state import Leader
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
@@ -36,6 +36,7 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
     """`mpiray run ...` / `python start_ray.py ...`: this rank's part of the cluster; every rank's exit code."""
     try:
         config = parse_args(argv, prog=prog)
+        preflight.check_ray_install(config.auth)
         check_default_driver(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))

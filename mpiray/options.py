@@ -21,7 +21,7 @@ from mpiray import values
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.console import say
 from mpiray.errors import ConfigError
-from mpiray.raynode import commands, private, raycompat
+from mpiray.raynode import private
 from mpiray.values import BadValue
 
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
@@ -288,10 +288,6 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
         driver = []  # the library's (the calling script), or a joining job's nodes that just serve
     elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
-    problem = raycompat.version_problem(raycompat.ray_version(), args.auth) or raycompat.agent_http_problem(
-        args.auth, full_agent=commands.metrics_agent_problem() is None)
-    if problem:
-        raise ConfigError(problem)
     if args.redis_password is not None:
         say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
             "is protected by a per-job token instead (see --auth).")

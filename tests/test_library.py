@@ -98,6 +98,19 @@ def test_options_are_the_command_lines_checked_the_same_way():
         library_config({"time_limit": 0}, {})
 
 
+def test_init_refuses_a_ray_without_token_auth_before_mpi_starts(monkeypatch):
+    import mpiray
+    from mpiray.rank import life
+    from mpiray.raynode import raycompat
+
+    for name in [name for name in os.environ if name.upper().startswith("MPIRAY_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(raycompat, "ray_version", lambda: "2.51.2")
+    monkeypatch.setattr(life, "early_log", lambda config: pytest.fail("init() went on to start the rank"))
+    with pytest.raises(ConfigError, match=r"Ray 2\.51\.2 has no token authentication .*--no-auth"):
+        mpiray.init()
+
+
 def test_the_library_never_imports_the_command_line():
     code = ("import sys, mpiray, mpiray.library, mpiray.rank; "
             "print(sorted(m for m in sys.modules if m in ('mpiray.cli', 'mpiray.driver')))")

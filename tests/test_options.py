@@ -12,6 +12,7 @@ from mpiray.cli import run
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
 from mpiray.options import OTHER_VARIABLES, build_parser, parse_args
+from mpiray.rank import preflight
 from mpiray.raynode import raycompat
 
 
@@ -256,13 +257,13 @@ def test_a_ray_without_token_auth_is_refused_in_one_line_unless_no_auth(monkeypa
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert f"Ray {version} has no token authentication (Ray 2.52 and later do)" in error and "--no-auth" in error
-    assert parse_args(["--no-auth"], environ={}).auth is False  # then it starts (and warns that anyone may join)
+    preflight.check_ray_install(auth=False)  # --no-auth: then it starts (and warns that anyone may join)
 
 
 @pytest.mark.parametrize("version", ["2.52.0", "2.55.1", "2.60.0", "3.0.0.dev0", "not installed"])
 def test_every_ray_with_token_auth_is_accepted(monkeypatch, version):
     monkeypatch.setattr(raycompat, "ray_version", lambda: version)
-    assert parse_args([], environ={}).auth
+    preflight.check_ray_install(auth=True)
 
 
 def test_redis_password_is_accepted_and_explained(capsys):
