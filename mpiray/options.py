@@ -97,7 +97,7 @@ class Option:
     name: str
     default: Any
     help: str  # one or two sentences: --help and the docs table
-    parse: Callable[[str], Any] | None = None  # text -> value: one of values.py's kinds (None: the text itself)
+    parse: Callable[[Any], Any] | None = None  # text or a typed value -> the value: one of values.py's kinds
     choices: tuple[str, ...] | None = None
     switch: bool = False  # --name / --no-name
     not_a_keyword: str = ""  # why init() does not take it as a keyword ("": it does)
@@ -113,23 +113,25 @@ class Option:
     def variable(self) -> str:
         return "MPIRAY_" + self.name.upper()
 
+    def take(self, given: Any) -> Any:
+        """A variable's text or an init() keyword's value -> the option's value, checked as the flag's would be.
+        Raises BadValue."""
+        if self.switch:
+            return values.boolean(given)
+        value = self.parse(given) if self.parse else given
+        if self.choices is not None and value not in self.choices:
+            raise BadValue(f"invalid choice (choose from {', '.join(self.choices)})")
+        return value
+
     def default_in(self, environ: Mapping[str, str]) -> Any:
         """The default, unless its MPIRAY_ variable says otherwise (checked as the flag would be)."""
         text = _setting(environ, self.variable)
         if text is None:
             return self.default_from(environ) if self.default_from else self.default
-        if self.switch:
-            try:
-                return values.boolean(text)
-            except BadValue as error:
-                raise ConfigError(f"{self.variable}={error}") from None
         try:
-            value = self.parse(text) if self.parse else text
-        except BadValue as error:
-            raise ConfigError(f"{self.variable}={text!r}: {error}") from None
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{self.variable}={text!r}: invalid choice (choose from {', '.join(self.choices)})")
-        return value
+            return self.take(text)
+        except BadValue as error:  # a switch's words start with the text: MPIRAY_AUTH='maybe' is not a boolean
+            raise ConfigError(f"{self.variable}={error}" if self.switch else f"{self.variable}={text!r}: {error}") from None
 
 
 OPTIONS = (
@@ -260,11 +262,12 @@ def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argpar
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True,
-               prog: str = "mpiray run") -> Config:
+               prog: str = "mpiray run", keywords: Mapping[str, Any] | None = None) -> Config:
     """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
 
     with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
     prog: what the messages tell the user to ask for --help (`mpiray run`, `start_ray.py`, `mpiray.init()`).
+    keywords: options' values as init() was given them (a number, a Path, a dict), in place of their flags.
     """
     environ = os.environ if environ is None else environ
     argv = list(argv)
@@ -282,6 +285,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
             f"e.g. {prog} -- python my_driver.py"
         )
+    for name, value in (keywords or {}).items():
+        try:
+            setattr(args, name, BY_NAME[name].take(value))
+        except BadValue as error:  # worded as argparse words a flag's
+            parser.error(f"argument {BY_NAME[name].flag}: {error}")
     if args.join and args.autoscale:
         parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):
@@ -297,11 +305,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
 def library_config(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Config:
     """mpiray.init(**options) -> Config, checked exactly as the same flags would be (MPIRAY_* too).
 
-    log_dir="x" stands for --log-dir x; auth=False for --no-auth; None for "not given".
+    log_dir="x" (or a Path) stands for --log-dir x; resources={"accel": 2} for --resources '{"accel": 2}';
+    auth=False for --no-auth; None for "not given".
     """
     environ = os.environ if environ is None else environ
-    argv = []
-    for name, value in options.items():
+    for name in options:
         if name not in BY_NAME:
             close = _close_matches(name, BY_NAME)
             hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(BY_NAME))}"
@@ -309,12 +317,8 @@ def library_config(options: Mapping[str, object], environ: Mapping[str, str] | N
         if BY_NAME[name].not_a_keyword:
             raise ConfigError(f"mpiray.init() does not take {name}= ({BY_NAME[name].flag} is the command line's): "
                               f"{BY_NAME[name].not_a_keyword}")
-        flag = BY_NAME[name].flag
-        if isinstance(value, bool):
-            argv.append(flag if value else f"--no-{flag[2:]}")
-        elif value is not None:
-            argv += [flag, str(value)]
-    config = parse_args(argv, environ, with_driver=False, prog="mpiray.init()")
+    given = {name: value for name, value in options.items() if value is not None}
+    config = parse_args([], environ, with_driver=False, prog="mpiray.init()", keywords=given)
     for o in OPTIONS:
         if o.not_a_keyword and getattr(config, o.name) != o.default:  # set by its MPIRAY_ variable
             raise ConfigError(f"{o.variable} is set, which mpiray.init() does not take: {o.not_a_keyword}")

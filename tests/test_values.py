@@ -1,5 +1,6 @@
-"""The kinds of option values (mpiray/values.py), as one table: what each kind takes and what it makes of
-it, and what it refuses with the words the user reads (after the flag, variable or keyword's name)."""
+"""The kinds of option values (mpiray/values.py), as one table: what each kind takes (the text of a flag or
+variable, or an init() keyword's value as it is) and what it makes of it, and what it refuses with the words
+the user reads (after the flag, variable or keyword's name)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ TAKEN = [
     (values.job_id, "1234_5_.pbs01+a-b", "1234_5_.pbs01+a-b"),
     (values.boolean, "yes", True), (values.boolean, " Off ", False), (values.boolean, "1", True),
     (values.command, "python my.py --x 'a b'", ["python", "my.py", "--x", "a b"]),
+    # init() keywords, as the caller wrote them
+    (values.seconds, 300, 300.0), (values.positive_seconds, 0.5, 0.5), (values.count, 4, 4), (values.port, 7000, 7000),
+    (values.parse_bytes, 2**31, 2**31), (values.object_store_size, 2e9, 2 * 10**9),
+    (values.path, Path("/l"), Path("/l")),
+    (values.resources, {"b": 1, "a": 2.5}, '{"a": 2.5, "b": 1}'),  # the same text as the flag's
+    (values.job_id, 4711, "4711"),
+    (values.boolean, False, False),
 ]
 
 REFUSED = [
@@ -59,11 +67,26 @@ REFUSED = [
     (values.boolean, "maybe", "'maybe' is not a boolean: use 1/0, true/false, yes/no"),
     (values.command, "python -c 'x", "No closing quotation (it is split like a shell command line: close the quote "
                                      "or escape it)"),
+    # init() keywords, as the caller wrote them
+    (values.count, 4.0, "not a number: 4.0 (give a whole number, e.g. 4)"),
+    (values.count, True, "not a number: True (give a whole number, e.g. 4)"),
+    (values.count, -1, "must be >= 0, got -1"),
+    (values.seconds, float("nan"), "must be a finite number, got nan"),
+    (values.seconds, 10**400, f"must be a finite number, got {10**400!r}"),
+    (values.seconds, [5], "not a number: [5] (give a number, e.g. 300)"),
+    (values.parse_bytes, True, "not a size: True (use e.g. 2G, 512M or bytes)"),
+    (values.path, 3, "not a path: 3 (give a directory, e.g. 'logs')"),
+    (values.resources, {"accel": -1}, "{'accel': -1}: give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
+    (values.resources, [("accel", 2)], "[('accel', 2)]: give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
+    (values.bounds, (1, 8), "not text: (1, 8) (give e.g. '1:8')"),
+    (values.interface, 0, "not text: 0 (give e.g. 'ib0')"),
+    (values.job_id, 47.11, "not text: 47.11 (give e.g. '4711')"),
+    (values.boolean, 1, "1 is not a boolean: use True or False"),
 ]
 
 
 def _id(case) -> str:
-    return f"{case[0].__name__}-{case[1]!r}"
+    return f"{case[0].__name__}-{case[1]!r}"[:60]
 
 
 @pytest.mark.parametrize("kind, given, expected", TAKEN, ids=map(_id, TAKEN))
