@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from mpiray import values
 from mpiray.config import DEFAULT_DRIVER, Config
-from mpiray.console import say
+from mpiray.console import close_matches, say, unknown_settings
 from mpiray.errors import ConfigError
 from mpiray.raynode import private
 from mpiray.values import BadValue
@@ -56,26 +56,6 @@ def _env_driver(environ: Mapping[str, str]) -> list[str] | None:
         return None if text is None else values.command(text)
     except BadValue as error:
         raise ConfigError(f"MPIRAY_DRIVER={text!r}: {error}") from None
-
-
-def unknown_settings(environ: Mapping[str, str], known: Sequence[str], prog: str = "mpiray run") -> list[str]:
-    """A warning for each MPIRAY_* variable that is no setting, with the closest name that is."""
-    # Compared without the common prefix, which would make every name look close.
-    suffixes = {known_name.removeprefix("MPIRAY_"): known_name for known_name in known}
-    warnings = []
-    for name in sorted(environ):
-        if not name.upper().startswith("MPIRAY_") or name in known:
-            continue
-        close = _close_matches(name.upper().removeprefix("MPIRAY_"), suffixes)
-        hint = f"did you mean {suffixes[close[0]]}?" if close else f"see {prog} --help"
-        warnings.append(f"{name} is not a setting of mpiray ({hint})")
-    return warnings
-
-
-def _close_matches(name: str, choices) -> list[str]:
-    import difflib  # ~9 ms of import on every rank: only for a misspelling
-
-    return difflib.get_close_matches(name, choices, n=1)
 
 
 def default_temp_dir(environ: Mapping[str, str]) -> Path:
@@ -311,7 +291,7 @@ def library_config(options: Mapping[str, object], environ: Mapping[str, str] | N
     environ = os.environ if environ is None else environ
     for name in options:
         if name not in BY_NAME:
-            close = _close_matches(name, BY_NAME)
+            close = close_matches(name, BY_NAME)
             hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(BY_NAME))}"
             raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
         if BY_NAME[name].not_a_keyword:
