@@ -3,7 +3,7 @@
 - the command line's flags (`start_ray.py --startup-timeout 300`, argparse),
 - their MPIRAY_<OPTION> variables (MPIRAY_STARTUP_TIMEOUT=300), which give any flag its default,
 - mpiray.init()'s keywords (startup_timeout=300),
-- the options table of docs/options.md (options_table(); a test checks that the page shows it).
+- the options table of docs/options.md (docs/options_table.py writes it; a test checks that the page shows it).
 
 A variable's value goes through the same checks as the flag's; an empty one counts as unset. Bad
 input is a ConfigError (exit code 2) that names the flag, variable or keyword, before MPI starts.
@@ -191,18 +191,6 @@ OPTIONS = (
            not_a_keyword="init() connects the calling script to a real cluster; try the plan with mpiray run --dry-run"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
-
-
-def options_table() -> str:
-    """docs/options.md's table: every option, its variable, its default and what it does."""
-    rows = ["| option | variable, `init()` keyword | default | meaning |", "|---|---|---|---|"]
-    for o in OPTIONS:
-        flag = f"`{o.flag}` / `--no-{o.flag[2:]}`" if o.switch else f"`{o.flag}`"
-        default = o.shown_default or str(o.default)
-        choices = f" ({' / '.join(o.choices)})" if o.choices else ""
-        keyword = f"`{o.name}=`" if not o.not_a_keyword else "not an `init()` keyword"
-        rows.append(f"| {flag} | `{o.variable}`, {keyword} | {default} | {o.help}{choices} |")
-    return "\n".join(rows)
 
 
 def _for_argparse(parse: Callable[[str], Any] | None) -> Callable[[str], Any]:
