@@ -15,21 +15,20 @@ import importlib
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from mpiray import __version__
 from mpiray.config import DEFAULT_DRIVER, Config
+from mpiray.console import first_task, quiet_exit_delay, say
 from mpiray.errors import ConfigError, TrainerMissing
 from mpiray.leaders.command import CommandLeader
-from mpiray.options import first_task, parse_args, say
-from mpiray.rank import life
+from mpiray.options import parse_args
+from mpiray.rank import life, preflight
 from mpiray.rank.state import Leader
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
-QUIET_EXIT_DELAY_S = 2.0  # seconds: a loaded node's first task parses the same argv well within them
 USAGE = "usage: mpiray COMMAND [ARGS ...]   (mpiray COMMAND --help for its options)"
 
 
@@ -37,6 +36,7 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
     """`mpiray run ...` / `python start_ray.py ...`: this rank's part of the cluster; every rank's exit code."""
     try:
         config = parse_args(argv, prog=prog)
+        preflight.check_ray_install(config.auth)
         check_default_driver(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
@@ -103,14 +103,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(os.environ, "error", f"unknown command {argv[0]!r}: {hint} (see mpiray --help)")
     quiet_exit_delay(os.environ)
     return 2
-
-
-def quiet_exit_delay(environ) -> None:
-    """A task that does not explain a usage error (every task but the first) waits a moment before it
-    exits: Open MPI's mpirun ends every rank once one exits non-zero, and could end the first before it
-    said what was wrong. Only on this error path, before MPI starts."""
-    if not first_task(environ):
-        time.sleep(QUIET_EXIT_DELAY_S)
 
 
 def check_default_driver(config: Config) -> None:

@@ -29,7 +29,7 @@ from typing import Iterator
 from mpiray.errors import LaunchError
 from mpiray.leaders.script import ScriptLeader
 from mpiray.options import library_config
-from mpiray.rank import life
+from mpiray.rank import life, preflight
 from mpiray.raynode import raycompat
 
 
@@ -71,6 +71,7 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     if _leader is not None:
         raise LaunchError("mpiray.init() was called before in this process: one cluster per process")
     config = library_config(options)
+    preflight.check_ray_install(config.auth)
     log = life.early_log(config) if comm is None else None  # before MPI_Init, as the command line's
     from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only once the options are valid
 

@@ -3,7 +3,7 @@
 - the command line's flags (`start_ray.py --startup-timeout 300`, argparse),
 - their MPIRAY_<OPTION> variables (MPIRAY_STARTUP_TIMEOUT=300), which give any flag its default,
 - mpiray.init()'s keywords (startup_timeout=300),
-- the options table of docs/options.md (options_table(); a test checks that the page shows it).
+- the options table of docs/options.md (docs/options_table.py writes it; a test checks that the page shows it).
 
 A variable's value goes through the same checks as the flag's; an empty one counts as unset. Bad
 input is a ConfigError (exit code 2) that names the flag, variable or keyword, before MPI starts.
@@ -12,26 +12,17 @@ input is a ConfigError (exit code 2) that names the flag, variable or keyword, b
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from mpiray.batch import environment
-from mpiray.config import DEFAULT_DRIVER, Config, parse_bounds
+from mpiray import values
+from mpiray.config import DEFAULT_DRIVER, Config
+from mpiray.console import close_matches, say, unknown_settings
 from mpiray.errors import ConfigError
-from mpiray.raynode import commands, private, raycompat
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-MAX_SECONDS = 10**7  # ~115 days: past any batch walltime, far below what timers accept (threading.TIMEOUT_MAX)
-MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well inside Ray's fixed-point resources
-MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
+from mpiray.raynode import private
+from mpiray.values import BadValue
 
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
 # these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES, RESTART,
@@ -53,174 +44,18 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
-def _number(kind: type, text: str):
-    try:
-        value = kind(text)
-    except ValueError:
-        example = "a whole number, e.g. 4" if kind is int else "a number, e.g. 300"
-        raise argparse.ArgumentTypeError(f"not a number: {text!r} (give {example})") from None
-    if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def parse_bytes(text: str) -> int:
-    """'2G', '512M', '1000000' -> bytes (binary units)."""
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = value[-1:] if value[-1:] in _UNITS else ""
-    number = value[: len(value) - len(unit)]
-    try:
-        amount = float(number) * _UNITS[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 2G, 512M or bytes)") from None
-    if not math.isfinite(amount):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (a size must be finite, e.g. 2G)")
-    if amount < 1:
-        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
-    return int(amount)
-
-
-def _object_store_size(text: str) -> int:
-    size = parse_bytes(text)
-    if size < MIN_OBJECT_STORE:
-        raise argparse.ArgumentTypeError(f"{text!r} is below the 75M that Ray needs at least")
-    return size
-
-
-def _count(text: str) -> int:
-    value = _number(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    if value > MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, got {text}")
-    return value
-
-
-def _positive_count(text: str) -> int:
-    value = _count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = _number(float, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
-    if value > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (~115 days), got {text}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _number(int, text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {text} (use 1-65535, or 0 for a free one)")
-    return value
-
-
-def _path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty path: give a directory")
-    return Path(text)
-
-
-def _resources(text: str) -> str:
-    """Ray's --resources: a JSON object of custom resource names and amounts, e.g. {"accel": 2}."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not JSON: {text!r} (give an object, e.g. '{{\"accel\": 2}}')") from None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
-                                              and not isinstance(v, bool) for k, v in value.items()):
-        raise argparse.ArgumentTypeError(f"{text!r}: give an object of names and amounts >= 0, e.g. '{{\"accel\": 2}}'")
-    return json.dumps(value, sort_keys=True)
-
-
-def _bounds(text: str) -> str:
-    try:
-        parse_bounds(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
-def _interface(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty interface name: give one, e.g. ib0, or leave it out")
-    return text
-
-
-def _job_id(text: str) -> str:
-    if environment.safe_job_id(text) != text:
-        raise argparse.ArgumentTypeError(
-            f"not a job id: {text!r} (use up to 100 letters, digits and . _ + -, not '.' or '..'; "
-            "it names a directory under --log-dir)"
-        )
-    return text
-
-
 def _setting(environ: Mapping[str, str], name: str) -> str | None:
     """The variable's value; unset when absent or blank (`MPIRAY_X=` in a script clears a setting)."""
     text = environ.get(name)
     return text if text is not None and text.strip() else None
 
 
-def _env_bool(text: str, name: str) -> bool:
-    if text.strip().lower() in _TRUE:
-        return True
-    if text.strip().lower() in _FALSE:
-        return False
-    raise ConfigError(f"{name}={text!r} is not a boolean: use 1/0, true/false, yes/no")
-
-
 def _env_driver(environ: Mapping[str, str]) -> list[str] | None:
     text = _setting(environ, "MPIRAY_DRIVER")
-    if text is None:
-        return None
     try:
-        return shlex.split(text)
-    except ValueError as error:  # e.g. "No closing quotation"
-        raise ConfigError(
-            f"MPIRAY_DRIVER={text!r}: {error} (it is split like a shell command line: close the quote or escape it)"
-        ) from None
-
-
-def unknown_settings(environ: Mapping[str, str], known: Sequence[str], prog: str = "mpiray run") -> list[str]:
-    """A warning for each MPIRAY_* variable that is no setting, with the closest name that is."""
-    # Compared without the common prefix, which would make every name look close.
-    suffixes = {known_name.removeprefix("MPIRAY_"): known_name for known_name in known}
-    warnings = []
-    for name in sorted(environ):
-        if not name.upper().startswith("MPIRAY_") or name in known:
-            continue
-        close = _close_matches(name.upper().removeprefix("MPIRAY_"), suffixes)
-        hint = f"did you mean {suffixes[close[0]]}?" if close else f"see {prog} --help"
-        warnings.append(f"{name} is not a setting of mpiray ({hint})")
-    return warnings
-
-
-def _close_matches(name: str, choices) -> list[str]:
-    import difflib  # ~9 ms of import on every rank: only for a misspelling
-
-    return difflib.get_close_matches(name, choices, n=1)
-
-
-def first_task(environ: Mapping[str, str]) -> bool:
-    # Under mpirun every task parses the same argv: the first one alone explains, the others just exit.
-    return environment.detect(environ).task_rank in (None, 0)
-
-
-def say(environ: Mapping[str, str], kind: str, message: str) -> None:
-    if first_task(environ):
-        print(f"mpiray: {kind}: {message}", file=sys.stderr)
+        return None if text is None else values.command(text)
+    except BadValue as error:
+        raise ConfigError(f"MPIRAY_DRIVER={text!r}: {error}") from None
 
 
 def default_temp_dir(environ: Mapping[str, str]) -> Path:
@@ -242,11 +77,13 @@ class Option:
     name: str
     default: Any
     help: str  # one or two sentences: --help and the docs table
-    type: Callable[[str], Any] | None = None  # text -> value; raises argparse.ArgumentTypeError
+    parse: Callable[[Any], Any] | None = None  # text or a typed value -> the value: one of values.py's kinds
     choices: tuple[str, ...] | None = None
     switch: bool = False  # --name / --no-name
     not_a_keyword: str = ""  # why init() does not take it as a keyword ("": it does)
     shown_default: str | None = None  # the default as the docs show it, where the value says too little
+    # Where the default depends on the environment (beyond MPIRAY_NAME, which wins): environ -> the default.
+    default_from: Callable[[Mapping[str, str]], Any] | None = None
 
     @property
     def flag(self) -> str:
@@ -256,64 +93,67 @@ class Option:
     def variable(self) -> str:
         return "MPIRAY_" + self.name.upper()
 
+    def take(self, given: Any) -> Any:
+        """A variable's text or an init() keyword's value -> the option's value, checked as the flag's would be.
+        Raises BadValue."""
+        if self.switch:
+            return values.boolean(given)
+        value = self.parse(given) if self.parse else given
+        if self.choices is not None and value not in self.choices:
+            raise BadValue(f"invalid choice (choose from {', '.join(self.choices)})")
+        return value
+
     def default_in(self, environ: Mapping[str, str]) -> Any:
         """The default, unless its MPIRAY_ variable says otherwise (checked as the flag would be)."""
-        if self.name == "temp_dir" and _setting(environ, self.variable) is None:
-            return default_temp_dir(environ)
         text = _setting(environ, self.variable)
         if text is None:
-            return self.default
-        if self.switch:
-            return _env_bool(text, self.variable)
+            return self.default_from(environ) if self.default_from else self.default
         try:
-            value = self.type(text) if self.type else text
-        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
-            raise ConfigError(f"{self.variable}={text!r}: {error}") from None
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{self.variable}={text!r}: invalid choice (choose from {', '.join(self.choices)})")
-        return value
+            return self.take(text)
+        except BadValue as error:  # a switch's words start with the text: MPIRAY_AUTH='maybe' is not a boolean
+            raise ConfigError(f"{self.variable}={error}" if self.switch else f"{self.variable}={text!r}: {error}") from None
 
 
 OPTIONS = (
     Option("log_dir", Path("logs"), "per-rank logs go to LOG_DIR/JOB_ID/: rank-NNNN.log for people, "
-           "rank-NNNN.jsonl (events) for programs", _path),
-    Option("job_id", None, "names the job's log dir: letters, digits and . _ + -", _job_id,
+           "rank-NNNN.jsonl (events) for programs", values.path),
+    Option("job_id", None, "names the job's log dir: letters, digits and . _ + -", values.job_id,
            shown_default="the scheduler's job id (SLURM_JOB_ID, PBS_JOBID, COBALT_JOBID or ALPS_APP_ID), else a "
            "timestamp and pid"),
-    Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up", _positive_seconds),
-    Option("port", 0, "GCS port of the head; 0 picks a free one", _port, shown_default="0 (free)"),
-    Option("num_cpus", None, "CPUs each Ray node offers", _count, shown_default="the rank's share of its host"),
-    Option("num_gpus", None, "GPUs each Ray node offers", _count, shown_default="the rank's share of the visible GPUs"),
+    Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up", values.positive_seconds),
+    Option("port", 0, "GCS port of the head; 0 picks a free one", values.port, shown_default="0 (free)"),
+    Option("num_cpus", None, "CPUs each Ray node offers", values.count, shown_default="the rank's share of its host"),
+    Option("num_gpus", None, "GPUs each Ray node offers", values.count, shown_default="the rank's share of the visible GPUs"),
     Option("head_cpus", None, "CPUs the head node offers to Ray (e.g. 0 keeps its CPUs for the driver process alone: "
            "no Ray task, actor or learner runs there)",
-           _count, shown_default="as --num-cpus"),
+           values.count, shown_default="as --num-cpus"),
     Option("resources", None, "custom Ray resources each node of this job offers, as JSON, e.g. '{\"accel\": 2}'",
-           _resources, shown_default="none"),
+           values.resources, shown_default="none"),
     Option("learner_slots", None, "RLlib learners each Ray node of this job may hold: the custom resource "
            "mpiray_learner_slot, of which the trainer's learners take one each, so they spread over the nodes; "
-           "0: no learner here (a hetjob's CPU component)", _count, shown_default="the node's GPUs, else 1"),
+           "0: no learner here (a hetjob's CPU component)", values.count, shown_default="the node's GPUs, else 1"),
     Option("object_store_memory", None, "object store size of each Ray node, at least 75M, e.g. 2G",
-           _object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
+           values.object_store_size, shown_default="30% of the rank's memory share, capped by /dev/shm"),
     Option("stop_grace", 30.0, "seconds the driver gets between SIGTERM and SIGKILL to checkpoint (exported to it "
-           "as MPIRAY_STOP_GRACE); Ray's processes then get at most 5 s more", _seconds,
+           "as MPIRAY_STOP_GRACE); Ray's processes then get at most 5 s more", values.seconds,
            shown_default="30 (Slurm's default KillWait)"),
     Option("time_limit", None, "stop the driver this many seconds after it started (SIGTERM, the grace, SIGKILL); "
-           "exit code 124", _positive_seconds, shown_default="none"),
+           "exit code 124", values.positive_seconds, shown_default="none"),
     Option("walltime_margin", None, "stop the driver this many seconds before the batch job's walltime ends "
            "(SIGTERM, the grace, SIGKILL; exit code 124), so that it checkpoints before the batch system kills the "
            "job; by default only under PBS, which warns no job (its end read from qstat); Slurm jobs get "
-           "--signal=TERM@N instead; 0: never", _seconds, shown_default="PBS: --stop-grace + 30; else off"),
+           "--signal=TERM@N instead; 0: never", values.seconds, shown_default="PBS: --stop-grace + 30; else off"),
     Option("interface", None, "network interface whose address the nodes advertise, e.g. ib0 or hsn0",
-           _interface, shown_default="the one that routes to the head"),
+           values.interface, shown_default="the one that routes to the head"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
-           "paths must fit 107 bytes)", _path, shown_default="TMPDIR, else /tmp"),
+           "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp", default_from=default_temp_dir),
     Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "
            "DIR/mpiray-UID-spill-JOBID (0700; a shared file system works: Ray adds each node's id), removed at the "
-           "end; give a local disk, not RAM", _path, shown_default="the temp dir's"),
+           "end; give a local disk, not RAM", values.path, shown_default="the temp dir's"),
     Option("ray_node_per", "rank", "one Ray node per MPI rank, or one per host (the other local ranks idle)",
            choices=("rank", "host")),
     Option("join_window", 64, "the most worker nodes joining the head at once; the window starts at 8 and adapts "
-           "to how fast nodes register", _positive_count),
+           "to how fast nodes register", values.positive_count),
     Option("gcs_core", "auto", "on the head's host, when unbound ranks share it, the other Ray nodes run on every "
            "CPU but one, left to the GCS; auto: on hosts of 8 CPUs or more", choices=("auto", "on", "off")),
     Option("progress", "auto", "rank 0's live start-up line ('12/24 ranks ready, 8 joining') on stdout; auto: "
@@ -328,23 +168,23 @@ OPTIONS = (
            "are lost", switch=True, shown_default="on"),
     Option("join", None, "join the running cluster of batch job JOB_ID (see `mpiray list`) instead of starting "
            "one: this job's ranks add Ray worker nodes to it, and leave when this job ends or the cluster does; "
-           "a driver command, if given, runs against that cluster", _job_id, shown_default="none"),
+           "a driver command, if given, runs against that cluster", values.job_id, shown_default="none"),
     Option("registry", None, "where running clusters say how to reach them (`--join`, `mpiray attach`, "
-           "`mpiray list`): a directory of yours on a file system every batch job sees", _path,
+           "`mpiray list`): a directory of yours on a file system every batch job sees", values.path,
            shown_default="~/.mpiray/clusters"),
     Option("autoscale", None, "MIN:MAX Ray nodes, this job's own included: Ray's autoscaler adds worker jobs "
            "(one node each) while its demand needs more, and cancels them after --cooldown idle seconds",
-           _bounds, shown_default="off"),
+           values.bounds, shown_default="off"),
     Option("cooldown", 60.0, "seconds a worker job's node stays idle before the autoscaler cancels the job",
-           _positive_seconds),
+           values.positive_seconds),
     Option("worker_job", None, "the autoscaler's worker job template: its #SBATCH (or #PBS) lines (partition, "
-           "account, qos, walltime) and shell lines (module loads, a venv) go into every worker job", _path,
+           "account, qos, walltime) and shell lines (module loads, a venv) go into every worker job", values.path,
            shown_default="none"),
-    Option("worker_cpus", None, "CPUs of each worker job's node", _positive_count, shown_default="the head's"),
-    Option("worker_gpus", None, "GPUs of each worker job's node", _count, shown_default="0"),
+    Option("worker_cpus", None, "CPUs of each worker job's node", values.positive_count, shown_default="the head's"),
+    Option("worker_gpus", None, "GPUs of each worker job's node", values.count, shown_default="0"),
     Option("worker_pending_limit", None, "seconds a worker job may wait in the queue before it is cancelled and "
            "counted as failed (the next submit backs off); by default it waits as long as Ray wants its node, "
-           "since a production queue can take hours", _positive_seconds, shown_default="none"),
+           "since a production queue can take hours", values.positive_seconds, shown_default="none"),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
            "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
            switch=True, shown_default="off",
@@ -353,16 +193,14 @@ OPTIONS = (
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def options_table() -> str:
-    """docs/options.md's table: every option, its variable, its default and what it does."""
-    rows = ["| option | variable, `init()` keyword | default | meaning |", "|---|---|---|---|"]
-    for o in OPTIONS:
-        flag = f"`{o.flag}` / `--no-{o.flag[2:]}`" if o.switch else f"`{o.flag}`"
-        default = o.shown_default or str(o.default)
-        choices = f" ({' / '.join(o.choices)})" if o.choices else ""
-        keyword = f"`{o.name}=`" if not o.not_a_keyword else "not an `init()` keyword"
-        rows.append(f"| {flag} | `{o.variable}`, {keyword} | {default} | {o.help}{choices} |")
-    return "\n".join(rows)
+def _for_argparse(parse: Callable[[str], Any] | None) -> Callable[[str], Any]:
+    """argparse words a ValueError as its own "invalid value"; a BadValue's message says more."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text) if parse else text
+        except BadValue as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert
 
 
 def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argparse.ArgumentParser:
@@ -385,18 +223,19 @@ def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argpar
             parser.add_argument(o.flag, dest=o.name, action=argparse.BooleanOptionalAction,
                                 default=o.default_in(environ), help=help_text)
         else:
-            parser.add_argument(o.flag, dest=o.name, type=o.type or str, choices=o.choices,
+            parser.add_argument(o.flag, dest=o.name, type=_for_argparse(o.parse), choices=o.choices,
                                 default=o.default_in(environ), help=help_text)
     parser.add_argument("--redis-password", default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True,
-               prog: str = "mpiray run") -> Config:
+               prog: str = "mpiray run", keywords: Mapping[str, Any] | None = None) -> Config:
     """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
 
     with_driver=False: the library's (the driver is the calling script), so nothing after '--'.
     prog: what the messages tell the user to ask for --help (`mpiray run`, `start_ray.py`, `mpiray.init()`).
+    keywords: options' values as init() was given them (a number, a Path, a dict), in place of their flags.
     """
     environ = os.environ if environ is None else environ
     argv = list(argv)
@@ -414,16 +253,17 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "
             f"e.g. {prog} -- python my_driver.py"
         )
+    for name, value in (keywords or {}).items():
+        try:
+            setattr(args, name, BY_NAME[name].take(value))
+        except BadValue as error:  # worded as argparse words a flag's
+            parser.error(f"argument {BY_NAME[name].flag}: {error}")
     if args.join and args.autoscale:
         parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):
         driver = []  # the library's (the calling script), or a joining job's nodes that just serve
     elif not driver:
         parser.error("nothing after '--': give the driver command, e.g. -- python my_driver.py")
-    problem = raycompat.version_problem(raycompat.ray_version(), args.auth) or raycompat.agent_http_problem(
-        args.auth, full_agent=commands.metrics_agent_problem() is None)
-    if problem:
-        raise ConfigError(problem)
     if args.redis_password is not None:
         say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
             "is protected by a per-job token instead (see --auth).")
@@ -433,24 +273,20 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
 def library_config(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Config:
     """mpiray.init(**options) -> Config, checked exactly as the same flags would be (MPIRAY_* too).
 
-    log_dir="x" stands for --log-dir x; auth=False for --no-auth; None for "not given".
+    log_dir="x" (or a Path) stands for --log-dir x; resources={"accel": 2} for --resources '{"accel": 2}';
+    auth=False for --no-auth; None for "not given".
     """
     environ = os.environ if environ is None else environ
-    argv = []
-    for name, value in options.items():
+    for name in options:
         if name not in BY_NAME:
-            close = _close_matches(name, BY_NAME)
+            close = close_matches(name, BY_NAME)
             hint = f"did you mean {close[0]}?" if close else f"the options are: {', '.join(sorted(BY_NAME))}"
             raise ConfigError(f"mpiray.init() has no option {name!r} ({hint})")
         if BY_NAME[name].not_a_keyword:
             raise ConfigError(f"mpiray.init() does not take {name}= ({BY_NAME[name].flag} is the command line's): "
                               f"{BY_NAME[name].not_a_keyword}")
-        flag = BY_NAME[name].flag
-        if isinstance(value, bool):
-            argv.append(flag if value else f"--no-{flag[2:]}")
-        elif value is not None:
-            argv += [flag, str(value)]
-    config = parse_args(argv, environ, with_driver=False, prog="mpiray.init()")
+    given = {name: value for name, value in options.items() if value is not None}
+    config = parse_args([], environ, with_driver=False, prog="mpiray.init()", keywords=given)
     for o in OPTIONS:
         if o.not_a_keyword and getattr(config, o.name) != o.default:  # set by its MPIRAY_ variable
             raise ConfigError(f"{o.variable} is set, which mpiray.init() does not take: {o.not_a_keyword}")

@@ -20,7 +20,8 @@ LAYERS = (
     ("elastic", ("mpiray.elastic",)),
     ("the rank's life", ("mpiray.rank",)),
     ("rank 0's leaders", ("mpiray.leaders",)),
-    ("front doors", ("mpiray.options", "mpiray.library", "mpiray.cli", "mpiray.__main__", "mpiray")),
+    ("front doors", ("mpiray.values", "mpiray.console", "mpiray.options", "mpiray.library", "mpiray.cli",
+                     "mpiray.__main__", "mpiray")),
 )
 # The only imports of mpiray modules inside a function, and why they cannot be at the top.
 DEFERRED = {

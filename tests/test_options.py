@@ -11,7 +11,8 @@ from mpiray.batch.environment import safe_job_id
 from mpiray.cli import run
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
-from mpiray.options import OTHER_VARIABLES, build_parser, parse_args, parse_bytes
+from mpiray.options import OTHER_VARIABLES, build_parser, parse_args
+from mpiray.rank import preflight
 from mpiray.raynode import raycompat
 
 
@@ -256,26 +257,19 @@ def test_a_ray_without_token_auth_is_refused_in_one_line_unless_no_auth(monkeypa
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert f"Ray {version} has no token authentication (Ray 2.52 and later do)" in error and "--no-auth" in error
-    assert parse_args(["--no-auth"], environ={}).auth is False  # then it starts (and warns that anyone may join)
+    preflight.check_ray_install(auth=False)  # --no-auth: then it starts (and warns that anyone may join)
 
 
 @pytest.mark.parametrize("version", ["2.52.0", "2.55.1", "2.60.0", "3.0.0.dev0", "not installed"])
 def test_every_ray_with_token_auth_is_accepted(monkeypatch, version):
     monkeypatch.setattr(raycompat, "ray_version", lambda: version)
-    assert parse_args([], environ={}).auth
+    preflight.check_ray_install(auth=True)
 
 
 def test_redis_password_is_accepted_and_explained(capsys):
     config = parse_args(["--redis-password", "5241590000000000"], environ={})
     assert config.driver == DEFAULT_DRIVER
     assert "Ray no longer uses Redis" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("1000", 1000), ("2G", 2 * 2**30), ("512M", 512 * 2**20), ("1.5g", int(1.5 * 2**30)), ("64KiB", 64 * 1024),
-])
-def test_parse_bytes(text, expected):
-    assert parse_bytes(text) == expected
 
 
 def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_before_mpi(monkeypatch):

@@ -1,6 +1,7 @@
 """The pre-flight across the job (the looking itself: host/preflight.py): every rank's versions and every
 host's findings ride the HELLO each worker sends rank 0; rank 0 holds its head's `ray start` until all are in,
 prints them grouped by value, logs them, and refuses a job that cannot work (exit 2) before any Ray runs.
+Before all of it, and before MPI starts, each task refuses a Ray installed here that cannot run a safe cluster.
 
     3 hosts (ranks 0-2): python 3.11.7, ray 2.60.0, mpiray 0.1.0, mpi4py 4.1.2, MPICH 5.0.2, numpy 2.2.6, ...
     1 host (rank 3 on n4): ... numpy 1.26.4 ...
@@ -20,10 +21,20 @@ from mpiray.host import network, preflight
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO
 from mpiray.rank.state import STARTUP_POLL, Rank
-from mpiray.raynode import spill
+from mpiray.raynode import commands, raycompat, spill
 
 MARKER_PREFIX = ".mpiray-shared-"  # rank 0's file in the job's log dir: a host that does not see it has another dir
 RAISED: list[Finding] = []  # what raise_limits did in this process, said by the host's first rank
+
+
+def check_ray_install(auth: bool) -> None:
+    """Before MPI starts (cli.run, library.init): refuse, as bad input (exit 2), a Ray installed here that would
+    run a cluster anyone who reaches its ports could use: one without token authentication, or a full dashboard
+    agent that serves job submission unchecked. Read from Ray's files: Ray is not imported."""
+    problem = raycompat.version_problem(raycompat.ray_version(), auth) or raycompat.agent_http_problem(
+        auth, full_agent=commands.metrics_agent_problem() is None)
+    if problem:
+        raise ConfigError(problem)
 
 
 def raise_limits() -> None:
