@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+
 from process_control import alive_pids, descendants, end_group, group_alive, terminate, wait_for
 
 IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
