@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
 START_RAY = str(ROOT / "start_ray.py")
+HEAD_TIMEOUT_S = 300
 
 
 def autoscaled(bed, scratch: Path, registry: Path) -> dict:
@@ -61,17 +63,25 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
     head = subprocess.Popen(["srun", "-N1", "-n1", "--cpus-per-task=2", "--mpi=pmi2", f"--chdir={scratch}", PYTHON,
                              START_RAY, "--log-dir", str(log_dir), "--", PYTHON, str(driver), "wait"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Reading its output has a deadline too: at it, the head is killed, which ends its output.
+    watchdog = threading.Timer(HEAD_TIMEOUT_S, head.kill)
+    watchdog.start()
     try:
         for line in head.stdout:
             if line.startswith("BENCH "):
                 break
+        else:
+            raise RuntimeError(f"the head job ended, exit {head.wait(timeout=30)}, without its driver's BENCH line "
+                               f"(killed after {HEAD_TIMEOUT_S} s if it ran that long)")
+        watchdog.cancel()
         (cluster,) = [entry.job_id for entry in Registry(registry).running()]
         job = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(log_dir / cluster),
                               cpus=1, env={"MPIRAY_REGISTRY": str(registry)})
         submitted = time.time()
         bed.run(["sbatch", "--parsable"], input=slurm.slurm_script(job, 1), env=env, timeout=60, check=True)
-        head.communicate(timeout=300)
+        head.communicate(timeout=HEAD_TIMEOUT_S)
     finally:
+        watchdog.cancel()
         if head.poll() is None:
             head.kill()
             head.wait(timeout=30)
