@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import psutil
 import pytest
@@ -15,6 +14,7 @@ pytest.register_assert_rewrite("helpers")
 
 from helpers import Pace, launch, mapped_files, shm_segments  # noqa: E402
 from pbs.fixture import pbs_jobs, pbs_testbed  # noqa: E402, F401  (fixtures of the tests marked pbs)
+from process_control import descendants, describe, wait_for  # noqa: E402
 from slurm.fixture import jobs, slurm_testbed  # noqa: E402, F401  (fixtures of the tests marked slurm)
 
 
@@ -44,25 +44,15 @@ def no_leftover_children():
     """
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     segments_before = shm_segments()
-
-    def started_by_test():
-        return [
-            p for p in psutil.Process().children(recursive=True)
-            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
-        ]
-
     yield
-    deadline = time.monotonic() + 10
-    left = started_by_test()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = started_by_test()
+    wait_for(lambda: not descendants(before), 10)
+    left = descendants(before)
     # MPICH's (Open MPI's) shared-memory segments of ranks a test SIGKILLed on purpose, or that
     # Open MPI's mpirun SIGKILLed (MPI_Finalize unlinks them): stale ones can make a later MPI_Init fail.
     for segment in shm_segments() - segments_before - mapped_files():
         segment.unlink(missing_ok=True)
     if left:
-        names = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in left]
+        names = describe(left)
         for proc in left:
             proc.kill()
         pytest.fail("the test left processes behind: " + "; ".join(names))

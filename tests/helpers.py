@@ -20,6 +20,8 @@ from mpiray.logs.events import KINDS, read_events
 from mpiray.logs.report.jobdir import read_job
 from mpiray.logs.report.parse import last_run
 
+from process_control import alive_pids, wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROBE = ROOT / "tests" / "drivers" / "probe.py"
@@ -92,13 +94,9 @@ def causes(job_dir: Path) -> dict[str, list[int]]:
 
 def wait_for_event(job_dir: Path, rank: int, name: str, timeout: float = 120) -> dict:
     """The fields of rank's event name, once it logged it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = last_event(job_dir, rank, name)
-        if found is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} of {job_dir} never logged {name}")
+    if not wait_for(lambda: last_event(job_dir, rank, name) is not None, timeout, 0.1):
+        raise AssertionError(f"rank {rank} of {job_dir} never logged {name}")
+    return last_event(job_dir, rank, name)
 
 
 def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
@@ -175,29 +173,21 @@ class Pace:
         return max(floor, 4 * phases * self.head_start + 4)
 
 
-def alive_pids(pids) -> list[str]:
-    alive = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{pid} {' '.join(proc.cmdline())[:100]}")
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+def assert_pids_logged(job_dir: Path) -> list[int]:
+    """Every PID the ranks logged (logged_pids). It fails, rather than give nothing, where a rank started a node
+    and no PID was logged (the events it reads renamed, or not logged): a check of what is left would then pass."""
+    assert {"node_starting", "node_pids", "processes_stopped"} <= set(KINDS), "the events read here were renamed"
+    pids = logged_pids(job_dir)
+    started = any(record["event"] == "node_starting" for path in job_dir.glob("*rank-*.jsonl")
+                  for record in read_events(path))
+    assert pids or not started, f"ranks of {job_dir} started Ray nodes, but no PID of theirs was logged"
+    return pids
 
 
 def assert_nothing_left(launch_: Launch, wait: float = 0) -> None:
-    """Every process the ranks logged (their Ray nodes, what they stopped) is gone. It fails, rather than pass
-    on nothing, where a rank started a node and no PID was logged (the events it reads renamed, or not logged)."""
-    assert {"node_starting", "node_pids", "processes_stopped"} <= set(KINDS), "the events read here were renamed"
-    pids = launch_.stopped_pids()
-    started = any(record["event"] == "node_starting" for path in launch_.job_dir.glob("*rank-*.jsonl")
-                  for record in read_events(path))
-    assert pids or not started, f"ranks of {launch_.job_dir} started Ray nodes, but no PID of theirs was logged"
-    deadline = time.monotonic() + wait
-    while alive_pids(pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    """Every process the ranks logged (their Ray nodes, what they stopped) is gone (assert_pids_logged)."""
+    pids = assert_pids_logged(launch_.job_dir)
+    wait_for(lambda: not alive_pids(pids), wait, 0.5)
     alive = alive_pids(pids)
     assert not alive, "processes of the run still alive:\n" + "\n".join(alive)
 
@@ -240,10 +230,8 @@ def show_timings(capsys, request, **timings: float) -> None:
 
 def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
     """The first file under root matching pattern that contains text (polls until the timeout)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for path in root.glob(pattern):
-            if text in path.read_text(errors="replace"):
-                return path
-        time.sleep(0.2)
-    pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
+    found = wait_for(lambda: next((path for path in root.glob(pattern) if text in path.read_text(errors="replace")),
+                                  None), timeout)
+    if found is None:
+        pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
+    return found

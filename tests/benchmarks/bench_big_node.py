@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from process_control import end_group  # noqa: E402
+
 PYTHON = sys.executable
 RAY = str(Path(PYTHON).parent / "ray")
 DRIVER = ROOT / "tests" / "drivers" / "many_actors.py"
@@ -50,35 +50,6 @@ def parse(output: str, started_wall: float) -> dict:
     row = json.loads(report.group(1)) if report else {"ready": 0}
     row["up_s"] = round(float(stamp.group(1)) - started_wall, 2) if stamp else None
     return row
-
-
-def end_group(proc: subprocess.Popen, grace: float = 30) -> None:
-    """SIGTERM to the process group we started (ray start --block stops its node), SIGKILL after grace."""
-    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, signum)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # ray start has gone; what it started may still be exiting in its group
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _group_alive(proc.pid):
-            time.sleep(0.2)
-        if not _group_alive(proc.pid):
-            return
-
-
-def _group_alive(pgid: int) -> bool:
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
 
 
 def free_port() -> int:
@@ -112,7 +83,7 @@ def by_hand(cpus: int, scratch: Path) -> dict:
         row = parse(result.stdout, started)
         row["exit"] = result.returncode
     finally:
-        end_group(head)
+        end_group(head, grace=30)  # SIGTERM: `ray start --block` stops its node
         subprocess.run(["rm", "-rf", str(temp)], timeout=60)
     return row
 

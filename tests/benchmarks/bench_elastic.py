@@ -23,46 +23,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+from elastic_measures import DEMAND, interleave, node_alive_time, row, table  # noqa: E402
+
 from mpiray.batch import jobs, slurm  # noqa: E402
 from mpiray.elastic.registry import Registry  # noqa: E402
-from mpiray.logs.events import read_events  # noqa: E402
 from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
 
 from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
 START_RAY = str(ROOT / "start_ray.py")
-DEMAND = """
-import json, sys, time, ray
-from ray.util.placement_group import placement_group
-ray.init()
-mode = sys.argv[1]
-if mode == "spread":
-    asked = time.time()
-    group = placement_group([{"CPU": 1}] * 2, strategy="STRICT_SPREAD")
-    ready = group.wait(timeout_seconds=300)
-    print("BENCH " + json.dumps({"asked": asked, "ready": time.time(), "ok": ready}), flush=True)
-else:
-    print("BENCH " + json.dumps({"waiting": time.time()}), flush=True)
-    deadline = time.time() + 300
-    while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
-        time.sleep(0.1)
-    print("BENCH " + json.dumps({"two_nodes": time.time()}), flush=True)
-"""
-
-
-def node_alive_time(job_dir: Path) -> float:
-    """When a joined worker job's node was ALIVE (its rank 0's node_alive event)."""
-    for path in sorted(job_dir.glob("join-*-rank-0000.jsonl")):
-        for record in read_events(path):
-            if record["event"] == "node_alive":
-                return record["time"]
-    raise RuntimeError(f"no joined node in {job_dir}")
+HEAD_TIMEOUT_S = 300
 
 
 def autoscaled(bed, scratch: Path, registry: Path) -> dict:
@@ -86,17 +63,25 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
     head = subprocess.Popen(["srun", "-N1", "-n1", "--cpus-per-task=2", "--mpi=pmi2", f"--chdir={scratch}", PYTHON,
                              START_RAY, "--log-dir", str(log_dir), "--", PYTHON, str(driver), "wait"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Reading its output has a deadline too: at it, the head is killed, which ends its output.
+    watchdog = threading.Timer(HEAD_TIMEOUT_S, head.kill)
+    watchdog.start()
     try:
         for line in head.stdout:
             if line.startswith("BENCH "):
                 break
+        else:
+            raise RuntimeError(f"the head job ended, exit {head.wait(timeout=30)}, without its driver's BENCH line "
+                               f"(killed after {HEAD_TIMEOUT_S} s if it ran that long)")
+        watchdog.cancel()
         (cluster,) = [entry.job_id for entry in Registry(registry).running()]
         job = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(log_dir / cluster),
                               cpus=1, env={"MPIRAY_REGISTRY": str(registry)})
         submitted = time.time()
         bed.run(["sbatch", "--parsable"], input=slurm.slurm_script(job, 1), env=env, timeout=60, check=True)
-        head.communicate(timeout=300)
+        head.communicate(timeout=HEAD_TIMEOUT_S)
     finally:
+        watchdog.cancel()
         if head.poll() is None:
             head.kill()
             head.wait(timeout=30)
@@ -104,13 +89,9 @@ def by_hand(bed, scratch: Path, registry: Path) -> dict:
     return {"sbatch_to_node_alive_s": round(alive - submitted, 2), "exit": head.returncode}
 
 
-def wait_for_an_empty_queue(bed, timeout: float = 180) -> None:
-    """Each repeat starts alone, and the scratch dir goes only once no worker job can write to it."""
-    deadline = time.monotonic() + timeout
-    while bed.run(["squeue", "-h", "-o", "%i"], timeout=30).stdout.strip():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"worker jobs still queued or running after {timeout} s")
-        time.sleep(1)
+def queued(bed) -> list[str]:
+    """The ids of the jobs still queued or running."""
+    return bed.run(["squeue", "-h", "-o", "%i"], timeout=30).stdout.split()
 
 
 def main() -> int:
@@ -119,30 +100,24 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = parser.parse_args()
     bed = testbed.up()
-    auto, hand = [], []
     with tempfile.TemporaryDirectory(prefix="mpiray-bench-elastic-", dir="/tmp") as tmp:
         scratch = Path(tmp)
         (scratch / "demand.py").write_text(DEMAND)
         registry = scratch / "registry"
-        for repeat in range(args.repeats):
-            hand.append(by_hand(bed, scratch, registry))
-            wait_for_an_empty_queue(bed)
-            auto.append(autoscaled(bed, scratch, registry))
-            wait_for_an_empty_queue(bed)
-            print(f"repeat {repeat + 1}: by hand {hand[-1]}, autoscaled {auto[-1]}", flush=True)
+        runs = interleave({"by hand": lambda: by_hand(bed, scratch, registry),
+                           "autoscaled": lambda: autoscaled(bed, scratch, registry)}, args.repeats, lambda: queued(bed))
+    hand, auto = runs["by hand"], runs["autoscaled"]
     reference = statistics.median(r["sbatch_to_node_alive_s"] for r in hand)
     demand = statistics.median(r["demand_to_node_alive_s"] for r in auto)
     ready = statistics.median(r["demand_to_group_ready_s"] for r in auto)
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "repeats": args.repeats, "by_hand": hand,
               "autoscaled": auto, "reference_s": reference, "demand_to_node_alive_s": demand,
               "demand_to_group_ready_s": ready, "ratio": round(demand / reference, 2)}
-    rows = [
-        "| measure | median | ratio to by hand | target | result |", "|---|---|---|---|---|",
-        f"| by hand: `sbatch` of the worker job -> its node ALIVE in the cluster | {reference:.2f} s | 1.00x | | |",
-        f"| autoscaled: the driver's demand (a STRICT_SPREAD group) -> the node ALIVE | {demand:.2f} s | "
-        f"{demand / reference:.2f}x | <= 1.5x | {'PASS' if demand / reference <= 1.5 else 'MISS'} |",
-        f"| autoscaled: demand -> the placement group ready | {ready:.2f} s | {ready / reference:.2f}x | | |",
-    ]
+    rows = table([
+        row("by hand: `sbatch` of the worker job -> its node ALIVE in the cluster", reference, reference),
+        row("autoscaled: the driver's demand (a STRICT_SPREAD group) -> the node ALIVE", demand, reference, at_most=1.5),
+        row("autoscaled: demand -> the placement group ready", ready, reference),
+    ], ratio_to="by hand")
     text = "\n".join([
         "# Elastic cluster benchmark", "",
         f"{report['date']} on the 3-host Slurm testbed (2 CPUs in all), median of {args.repeats} interleaved "

@@ -20,8 +20,9 @@ minute hits them alike. Measures:
  7. memory: RSS (and PSS) of the process tree of an idle Ray worker node started by the launcher.
 
 Writes launcher_report.md and launcher_report.json to --out-dir (default: this file's directory).
-It ends only processes it started, by PID: it makes itself a child subreaper, so the processes that
-`ray start` daemonizes stay its descendants; it never uses `ray stop` or kills by name.
+It ends only processes it started, by PID or by the group of a job it started in a session of its own,
+with the tests' process control (tests/process_control.py): it makes itself a child subreaper, so the
+processes that `ray start` daemonizes stay its descendants; it never uses `ray stop` or kills by name.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from mpiray.host import network  # noqa: E402  (pure helpers: addresses and free port blocks)
 from mpiray.logs.events import read_events  # noqa: E402
+
+from helpers import assert_pids_logged  # noqa: E402
+from process_control import alive, descendants, describe, end_group, terminate  # noqa: E402
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -168,70 +172,21 @@ def reap_orphans() -> None:
             pass
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def descendant_pids() -> set[int]:
     reap_orphans()
-    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p)}
+    return {p.pid for p in descendants()}
 
 
 def new_descendants(before: set[int]) -> list[psutil.Process]:
     """Our live descendants that were not there before (testbed daemons are in before)."""
     reap_orphans()
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _alive(p)]
-
-
-def terminate(procs: list[psutil.Process], grace: float = STOP_GRACE_S) -> dict:
-    """SIGTERM, up to grace seconds, SIGKILL; these are all processes this benchmark started."""
-    started = time.monotonic()
-    for proc in procs:
-        _signal(proc, signal.SIGTERM)
-    killed = 0
-    deadline = started + grace
-    while True:
-        for popen in list(_tracked.values()):
-            popen.poll()
-        reap_orphans()
-        alive = [p for p in procs if _alive(p)]
-        if not alive:
-            break
-        if time.monotonic() >= deadline:
-            killed += len(alive)
-            for proc in alive:
-                _signal(proc, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-            if killed > 10 * len(procs):
-                raise RuntimeError(f"processes survive SIGKILL: {describe(alive)}")
-        time.sleep(0.05)
-    return {"stopped": len(procs), "killed": killed, "seconds": round(time.monotonic() - started, 2)}
+    return descendants(before)
 
 
 def children_cpu_s() -> float:
     """CPU seconds of every descendant this process (a subreaper) has reaped, through any depth."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _signal(proc: psutil.Process, signum: int) -> None:
-    try:
-        proc.send_signal(signum)
-    except psutil.Error:
-        pass
-
-
-def describe(procs: list[psutil.Process]) -> list[str]:
-    out = []
-    for proc in procs:
-        try:
-            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
-        except psutil.Error:
-            out.append(f"{proc.pid} (gone)")
-    return out
 
 
 class Captured:
@@ -296,16 +251,7 @@ class Captured:
 
     def kill(self) -> None:
         """The whole job, by its process group (mpirun/srun and what it started here)."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=STOP_GRACE_S + 5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait()
+        end_group(self.proc, STOP_GRACE_S + 5)
         self.wait(5)
         _tracked.pop(self.proc.pid, None)
 
@@ -333,10 +279,12 @@ class JobLogs:
     """What the ranks logged as events (LOG_DIR/JOB_ID/rank-NNNN.jsonl), with wall-clock times."""
 
     events: dict[int, list[dict]] = field(default_factory=dict)
+    job_dir: Path | None = None
 
     @classmethod
     def read(cls, job_dir: Path) -> JobLogs:
-        return cls({int(path.stem.split("-")[1]): read_events(path) for path in sorted(job_dir.glob("rank-*.jsonl"))})
+        return cls({int(path.stem.split("-")[1]): read_events(path) for path in sorted(job_dir.glob("rank-*.jsonl"))},
+                   job_dir)
 
     def fields(self, name: str) -> list[dict]:
         return [record["fields"] for records in self.events.values() for record in records if record["event"] == name]
@@ -352,6 +300,11 @@ class JobLogs:
 
     def stopped_pids(self) -> list[int]:
         return [pid for fields in self.fields("processes_stopped") for pid in fields["pids"]]
+
+    def node_pids(self) -> list[int]:
+        """Every PID the ranks logged (their nodes' and what they stopped): the tests' assert_pids_logged,
+        which fails where a rank started a node and logged no PID, rather than let `leftovers` find none."""
+        return assert_pids_logged(self.job_dir) if self.job_dir is not None else []
 
     def rank_pids(self) -> dict[int, int]:
         return {rank: records[0]["pid"] for rank, records in self.events.items() if records}
@@ -371,7 +324,7 @@ def job_processes(job_id: str, logs: JobLogs, since_wall: float) -> list[psutil.
             if proc.pid == os.getpid() or proc.info["create_time"] < since_wall - 1:
                 continue
             text = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
-            if any(marker in text for marker in markers) and _alive(proc):
+            if any(marker in text for marker in markers) and alive(proc):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -382,10 +335,10 @@ def leftovers(job_id: str, logs: JobLogs, before: set[int], since_wall: float) -
     """Processes of the job still alive after it exited (none is the target)."""
     left = {p.pid: p for p in new_descendants(before)}
     left.update((p.pid, p) for p in job_processes(job_id, logs, since_wall))
-    for pid in logs.stopped_pids() + list(logs.rank_pids().values()):
+    for pid in logs.node_pids() + list(logs.rank_pids().values()):
         try:
             proc = psutil.Process(pid)
-            if _alive(proc) and proc.create_time() >= since_wall - 1:  # not a reused PID
+            if alive(proc) and proc.create_time() >= since_wall - 1:  # not a reused PID
                 left[pid] = proc
         except psutil.Error:
             pass
@@ -460,11 +413,11 @@ def stop_daemonized_ray(procs: list[psutil.Process]) -> dict:
     raylets = [p for p in procs if named(p, "raylet")]
     gcs = [p for p in procs if named(p, "gcs_server")]
     rest = [p for p in procs if p not in raylets and p not in gcs]
-    reports = [terminate(group) for group in (raylets, rest, gcs) if group]
+    reports = [terminate(group, STOP_GRACE_S) for group in (raylets, rest, gcs) if group]
     return {
-        "stopped": sum(r["stopped"] for r in reports),
-        "killed": sum(r["killed"] for r in reports),
-        "seconds": round(sum(r["seconds"] for r in reports), 2),
+        "stopped": sum(r.stopped for r in reports),
+        "killed": sum(r.killed for r in reports),
+        "seconds": round(sum(r.seconds for r in reports), 2),
     }
 
 
@@ -489,9 +442,8 @@ def run_ray_start(argv: list, env: dict, output: Path) -> None:
         try:
             code = proc.wait(timeout=STARTUP_TIMEOUT_S)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            if proc.poll() is None:  # timed out or interrupted: with what it started so far in its session
+                end_group(proc, STOP_GRACE_S)
             _tracked.pop(proc.pid, None)
     if code != 0:
         tail = output.read_text(errors="replace").strip().splitlines()[-5:]
@@ -580,7 +532,7 @@ def time_launch(where: Where, scratch: Path) -> dict:
         cpu_s=None if where.testbed is not None else children_cpu_s() - cpu_before,
     )
     if left:
-        terminate(left)
+        terminate(left, STOP_GRACE_S)
     return result
 
 
@@ -630,7 +582,7 @@ def idle_costs(scratch: Path, seconds: float) -> dict:
     left = leftovers(job_id, logs, before, run.started_wall)
     result["left"] = describe(left)
     if left:
-        terminate(left)
+        terminate(left, STOP_GRACE_S)
     return result
 
 
@@ -669,7 +621,7 @@ def node_memory(ranks: dict[int, psutil.Process], driver_pid: int | None) -> dic
         except psutil.Error:
             pass
     for rank, proc in ranks.items():
-        tree = [p for p in proc.children(recursive=True) if p.pid not in driver_tree and _alive(p)]
+        tree = [p for p in proc.children(recursive=True) if p.pid not in driver_tree and alive(p)]
         rss = pss = 0
         names = {}
         for child in tree:
@@ -744,7 +696,7 @@ def rllib_throughput(scratch: Path, seconds: float, launched: bool) -> dict:
     left = leftovers(job_id, logs, before, run.started_wall) if job_id else new_descendants(before)
     result["left"] = describe(left)
     if left:
-        terminate(left)
+        terminate(left, STOP_GRACE_S)
     if not launched:
         shutil.rmtree(temp, ignore_errors=True)
     return result
@@ -1046,21 +998,13 @@ def main(argv=None) -> int:
         log("interrupted: stopping what this benchmark started")
         return 130
     finally:
-        # A job still running when interrupted: let it stop its own Ray nodes first.
+        # A job still running when interrupted: its group's SIGTERM lets it stop its own Ray nodes first.
         for popen in list(_tracked.values()):
-            try:
-                os.killpg(popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for popen in list(_tracked.values()):
-            try:
-                popen.wait(timeout=STOP_GRACE_S + 20)
-            except subprocess.TimeoutExpired:
-                pass
+            end_group(popen, STOP_GRACE_S + 20)
         left = new_descendants(before)
         if left:
             log(f"stopping {len(left)} leftover processes: {describe(left)}")
-            terminate(left)
+            terminate(left, STOP_GRACE_S)
         if report is not None and not report["errors"] and not args.keep_logs:
             shutil.rmtree(scratch, ignore_errors=True)
         else:

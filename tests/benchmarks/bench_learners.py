@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+from process_control import end_group  # noqa: E402
 from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
@@ -102,21 +102,8 @@ def by_hand_run(bed: testbed.Testbed, scratch: Path) -> dict:
         return {"exit": result.returncode, **plain(result.stdout)}
     finally:
         for proc in reversed(started):  # the workers first, the head last
-            _end_group(proc)
+            end_group(proc, grace=20)
         subprocess.run(["rm", "-rf", str(root)], timeout=60)
-
-
-def _end_group(proc: subprocess.Popen) -> None:
-    for signum, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, signum)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def median_after_first(times: list[float]) -> float | None:

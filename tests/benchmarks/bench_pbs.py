@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from bench_elastic import DEMAND, node_alive_time  # noqa: E402
+from elastic_measures import DEMAND, interleave, node_alive_time, row, series, table  # noqa: E402
 
 from mpiray.batch import jobs  # noqa: E402
 from mpiray.batch.pbs import pbs_script  # noqa: E402
@@ -37,6 +37,7 @@ from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
 
 from pbs import testbed  # noqa: E402
 from pbs.fixture import PbsJobs  # noqa: E402
+from process_control import wait_for  # noqa: E402
 
 PYTHON = sys.executable
 JOBS = ROOT / "jobs"
@@ -85,11 +86,8 @@ def elastic_reference(bed, tracked: PbsJobs, registry: Path) -> float:
     head = tracked.submit(JOBS / "pbs_multi_node.sh", *ONE_HOST, variables=tracked.variables(
         [PYTHON, str(tracked.workdir / "demand.py"), "wait"], MPIRAY_REGISTRY=str(registry)))
     cluster = head.split(".")[0]
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (registry / f"{cluster}.json").exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"cluster {cluster} not in the registry within {TIMEOUT_S} s")
-        time.sleep(0.1)
+    if not wait_for((registry / f"{cluster}.json").exists, TIMEOUT_S, 0.1):
+        raise RuntimeError(f"cluster {cluster} not in the registry within {TIMEOUT_S} s")
     job_dir = tracked.workdir / "logs" / cluster
     variables = tracked.variables()
     worker = jobs.WorkerJob(cluster=cluster, python=PYTHON, log_dir=str(job_dir), cpus=1,
@@ -104,7 +102,7 @@ def elastic_reference(bed, tracked: PbsJobs, registry: Path) -> float:
     return node_alive_time(job_dir) - submitted
 
 
-def elastic_autoscaled(bed, tracked: PbsJobs, registry: Path) -> tuple[float, float, float]:
+def elastic_autoscaled(bed, tracked: PbsJobs, registry: Path) -> dict[str, float]:
     template = tracked.workdir / "worker-template.sh"
     template.write_text(f"#PBS -l walltime=00:05:00\n{tracked.variables()['ENV_SETUP']}\n")
     _, head = run_job(bed, tracked, JOBS / "pbs_elastic.sh", *ONE_HOST, variables=tracked.variables(
@@ -113,16 +111,13 @@ def elastic_autoscaled(bed, tracked: PbsJobs, registry: Path) -> tuple[float, fl
     asked = json.loads(stamps(tracked.workdir, head)[0])
     job_dir = tracked.workdir / "logs" / head.split(".")[0]
     submitted = next(r["time"] for r in read_events(job_dir / "autoscaler-rank-0000.jsonl") if r["event"] == "job_submitted")
-    return node_alive_time(job_dir) - asked["asked"], asked["ready"] - asked["asked"], submitted - asked["asked"]
+    return {"elastic": node_alive_time(job_dir) - asked["asked"], "group_ready": asked["ready"] - asked["asked"],
+            "demand_to_qsub": submitted - asked["asked"]}
 
 
-def wait_for_an_empty_queue(bed, timeout: float = 180) -> None:
-    """Each measure starts alone."""
-    deadline = time.monotonic() + timeout
-    while [line for line in bed.run(["qstat"], timeout=30).stdout.splitlines()[2:] if line.strip()]:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"jobs still queued or running after {timeout} s")
-        time.sleep(1)
+def queued(bed) -> list[str]:
+    """qstat's lines of the jobs still queued or running (after its two lines of header)."""
+    return [line for line in bed.run(["qstat"], timeout=30).stdout.splitlines()[2:] if line.strip()]
 
 
 def main() -> int:
@@ -137,8 +132,6 @@ def main() -> int:
         return 2
     was_up = testbed.is_up()
     bed = testbed.up()
-    runs: dict[str, list[float]] = {"start_ref": [], "start": [], "elastic_ref": [], "elastic": [], "group_ready": [],
-                                    "demand_to_qsub": []}
     tracked = PbsJobs(bed)
     try:
         (tracked.workdir / "demand.py").write_text(DEMAND)
@@ -146,20 +139,12 @@ def main() -> int:
         registry.mkdir(mode=0o700)
         shutil.chown(registry, bed.user)
         (tracked.workdir / "stamp.py").write_text(STAMP)
-        for repeat in range(args.repeats):
-            if not args.elastic_only:
-                runs["start_ref"].append(start_reference(bed, tracked))
-                wait_for_an_empty_queue(bed)
-                runs["start"].append(start_mpiray(bed, tracked))
-                wait_for_an_empty_queue(bed)
-            runs["elastic_ref"].append(elastic_reference(bed, tracked, registry))
-            wait_for_an_empty_queue(bed)
-            alive, ready, submitted = elastic_autoscaled(bed, tracked, registry)
-            runs["elastic"].append(alive)
-            runs["group_ready"].append(ready)
-            runs["demand_to_qsub"].append(submitted)
-            wait_for_an_empty_queue(bed)
-            print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in runs.items() if v), flush=True)
+        measures = {} if args.elastic_only else {
+            "start_ref": lambda: {"start_ref": start_reference(bed, tracked)},
+            "start": lambda: {"start": start_mpiray(bed, tracked)}}
+        measures["elastic_ref"] = lambda: {"elastic_ref": elastic_reference(bed, tracked, registry)}
+        measures["elastic"] = lambda: elastic_autoscaled(bed, tracked, registry)
+        runs = series(interleave(measures, args.repeats, lambda: queued(bed)))
     finally:
         tracked.delete_all()
         if not was_up:
@@ -173,19 +158,16 @@ def main() -> int:
               "runs": {k: [round(v, 2) for v in values] for k, values in runs.items()},
               "median_s": {k: round(v, 2) for k, v in median.items()},
               "start_ratio": round(start_ratio, 2), "elastic_ratio": round(elastic_ratio, 2)}
-    rows = [
-        "| measure | median | ratio to reference | target | result |", "|---|---|---|---|---|",
-        f"| reference: `qsub` of a 3-host script -> the script runs | {median['start_ref']:.2f} s | 1.00x | | |",
-        f"| `qsub jobs/pbs_multi_node.sh` on 3 hosts -> the driver starts (3 Ray nodes up) | {median['start']:.2f} s | "
-        f"{start_ratio:.2f}x | | |",
-        f"| reference: `qsub` of the worker job by hand -> its node ALIVE in the cluster | {median['elastic_ref']:.2f} s "
-        f"| 1.00x | | |",
-        f"| autoscaled: the driver's demand (a STRICT_SPREAD group) -> the worker job's node ALIVE | "
-        f"{median['elastic']:.2f} s | {elastic_ratio:.2f}x | <= 1.5x | {'PASS' if elastic_ratio <= 1.5 else 'MISS'} |",
-        f"| autoscaled: demand -> the worker job's `qsub` (Ray's autoscaler) | {median['demand_to_qsub']:.2f} s | | | |",
-        f"| autoscaled: demand -> the placement group ready | {median['group_ready']:.2f} s | "
-        f"{median['group_ready'] / median['elastic_ref']:.2f}x | | |",
-    ]
+    start_ref, elastic_ref = median["start_ref"], median["elastic_ref"]
+    rows = table([
+        row("reference: `qsub` of a 3-host script -> the script runs", start_ref, start_ref),
+        row("`qsub jobs/pbs_multi_node.sh` on 3 hosts -> the driver starts (3 Ray nodes up)", median["start"], start_ref),
+        row("reference: `qsub` of the worker job by hand -> its node ALIVE in the cluster", elastic_ref, elastic_ref),
+        row("autoscaled: the driver's demand (a STRICT_SPREAD group) -> the worker job's node ALIVE", median["elastic"],
+            elastic_ref, at_most=1.5),
+        row("autoscaled: demand -> the worker job's `qsub` (Ray's autoscaler)", median["demand_to_qsub"]),
+        row("autoscaled: demand -> the placement group ready", median["group_ready"], elastic_ref),
+    ], ratio_to="reference")
     text = "\n".join([
         "# PBS benchmark", "",
         f"{report['date']} on the 3-host OpenPBS testbed (2 CPUs in all), median of {args.repeats} interleaved "
