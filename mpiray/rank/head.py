@@ -227,7 +227,7 @@ class Head:
 
         def all_settled() -> bool:
             while (message := me.comm.poll(tag=SETTLED)) is not None:
-                self.settled_ranks.add(message[0])
+                self.settled_ranks.add(message.source)
             return not self.node_ranks - self.settled_ranks
 
         if not poll_until(all_settled, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
@@ -240,7 +240,7 @@ class Head:
 
         def all_stopped() -> bool:
             while (message := me.comm.poll(tag=STOPPED)) is not None:
-                stopped.add(message[0])
+                stopped.add(message.source)
             return not self.node_ranks - stopped
 
         if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):

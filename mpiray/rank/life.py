@@ -184,7 +184,7 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             leader.stop(min(config.stop_grace, RAY_STOP_GRACE), code)
             return code
         while (event := me.comm.poll(tag=EVENT)) is not None:
-            me.log.event("node_lost", peer=event[0], message=event[2])
+            me.log.event("node_lost", peer=event.source, message=event.payload)
 
 
 def time_limits(me: Rank) -> list[tuple[Deadline, str, dict]]:

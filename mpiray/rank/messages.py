@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
@@ -23,6 +24,15 @@ LOCAL = 6  # within one host: resource and port split
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
+
+
+class Message(NamedTuple):
+    """A message as a rank receives it (Comm.poll): who sent it, its tag (above), and what it carries (the
+    payload named with each tag: a Session, a Report, an exit code, ...)."""
+
+    source: int  # the sender's rank in the communicator it came over
+    tag: int
+    payload: Any
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
-from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
+from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.node import RayNode
@@ -41,7 +41,7 @@ class Comm(Protocol):
 
     def progress(self) -> None: ...
 
-    def poll(self, source: int = ..., tag: int = ...) -> tuple[int, int, Any] | None: ...
+    def poll(self, source: int = ..., tag: int = ...) -> Message | None: ...
 
     def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = ...) -> Any: ...
 
@@ -117,7 +117,7 @@ class Rank:
         if self.rank != 0:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
-                raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
+                raise Shutdown(f"rank 0 ended the job with exit code {message.payload}", message.payload)
 
     def report(self, node: NodeInfo | None = None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:
         """This rank's report to rank 0: its node (raynode.gcs.NodeInfo), or its failure."""

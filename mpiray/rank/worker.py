@@ -66,8 +66,8 @@ class Worker:
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:
-                me.log.event("job_ended", code=message[2])
-                return message[2]
+                me.log.event("job_ended", code=message.payload)
+                return message.payload
             if me.node is not None and me.ray_node.exited() and not reported_death:
                 reported_death = True
                 fields = {"code": me.ray_node.exit_code(), "output": str(me.ray_node.output_path)}
