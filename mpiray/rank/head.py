@@ -108,7 +108,9 @@ class Head:
         head_ip = network.head_address(config.interface)
         if config.port and not network.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
-        share, ports = split_host(me, job_id, gcs_port=config.port)
+        plan = split_host(me, job_id, gcs_port=config.port)
+        share, ports = plan.share, plan.ports
+        assert share is not None and ports is not None  # a host's first rank always runs a node
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")

@@ -53,13 +53,14 @@ class Joiner(Head):
         if not gcs_answers(entry.gcs_address):
             raise NoSuchCluster(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                                 f"or this host cannot reach its host {entry.host}")
-        share, ports = split_host(me, own_job)
+        plan = split_host(me, own_job)
+        assert plan.share is not None and plan.ports is not None  # a host's first rank always runs a node
         me.session = session
         me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)
         me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
                      workers=me.comm.size - 1)
-        start_node(me, share, ports, head=False)
+        start_node(me, plan.share, plan.ports, head=False)
         self.hellos = preflight.gather(me)  # as the head's job does: nothing of Ray goes before it passes
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)

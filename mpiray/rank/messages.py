@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mpiray import errors
+from mpiray.errors import ConfigError, LaunchError
+from mpiray.host.network import NodePorts
+from mpiray.host.resources import Share
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
 
@@ -20,7 +24,7 @@ HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
 REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
-LOCAL = 6  # within one host: resource and port split
+LOCAL = 6  # within one host: each rank's view of it (host.resources.HostView), then its HostPlan or PlanRefused
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
@@ -60,6 +64,24 @@ class Session:
     def ports_job_id(self) -> str:
         """What picks this job's port blocks (two jobs on one host must differ)."""
         return self.own_job_id or self.job_id
+
+
+class HostPlan(NamedTuple):
+    """LOCAL, from the host's first rank to each of its ranks (hostsplit.py): this rank's share of the host and its
+    Ray node's ports; neither for a rank that idles (one Ray node per host). A host's first rank always has both."""
+
+    share: Share | None
+    ports: NodePorts | None
+
+
+class PlanRefused(NamedTuple):
+    """LOCAL, instead of a plan: why this host's ranks cannot have their nodes; each of its ranks fails with it."""
+
+    message: str
+    cause: str = ""  # the failure's (errors.LaunchError.cause); "" for a ConfigError
+
+    def error(self) -> LaunchError:
+        return errors.by_cause(self.cause)(self.message) if self.cause else ConfigError(self.message)
 
 
 @dataclass(frozen=True)
