@@ -43,7 +43,7 @@ from mpiray.rank.messages import (
 )
 from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
 from mpiray.rank.slots import Joins, JoinWindow
-from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank
+from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 
 if TYPE_CHECKING:
     from mpiray.elastic.autoscale import Autoscale
@@ -146,13 +146,13 @@ class Head:
 
         self.published = Published.head(self.me, cluster)
 
-    def lost(self) -> tuple[str, dict, int] | None:
-        """The cluster's heart stopped: (event, fields, exit code), or None. The head's is its own node."""
+    def lost(self) -> Lost | None:
+        """The cluster's heart stopped, or None. The head's is its own node."""
         node = self.me.node
         if node is None or not node.exited():
             return None
-        return "head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"}, \
-            HEAD_LOST_EXIT
+        return Lost("head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"},
+                    HEAD_LOST_EXIT)
 
     def tick(self) -> None:
         """While the leader runs: the registry's heartbeat."""

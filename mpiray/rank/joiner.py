@@ -24,7 +24,7 @@ from mpiray.rank.head import Head, _missing
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import SESSION, Session, versions
 from mpiray.rank.ownnode import join, log_context, start_node
-from mpiray.rank.state import Rank
+from mpiray.rank.state import Lost, Rank
 from mpiray.raynode.gcs import gcs_answers
 
 
@@ -83,14 +83,14 @@ class Joiner(Head):
         except OSError as error:
             self.me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 
-    def lost(self) -> tuple[str, dict, int] | None:
+    def lost(self) -> Lost | None:
         """Its own node ended: the cluster ended first (0), or this node alone is gone (1)."""
         node = self.me.node
         if node is None or not node.exited():
             return None
         if gcs_answers(self.me.current_session.gcs_address):
-            return "own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1
-        return "cluster_ended", {"cluster": self.me.current_session.job_id}, 0
+            return Lost("own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1)
+        return Lost("cluster_ended", {"cluster": self.me.current_session.job_id}, 0)
 
     def tick(self) -> None:
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -33,6 +33,14 @@ from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Role
 from mpiray.rank.worker import Worker
+
+
+class Limit(NamedTuple):
+    """A time by which rank 0 stops the leader (--time-limit, the walltime's end), and the event that says why."""
+
+    deadline: Deadline
+    event: str
+    fields: dict[str, Any]
 
 
 def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | None = None,
@@ -171,34 +179,33 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
             leader.stop(config.stop_grace, 128 + me.stop.signum)
             return 128 + me.stop.signum
-        passed = next(((name, fields) for deadline, name, fields in limits if deadline.expired()), None)
+        passed = next((limit for limit in limits if limit.deadline.expired()), None)
         if passed is not None:
-            me.log.event(passed[0], **passed[1], grace=config.stop_grace)
+            me.log.event(passed.event, **passed.fields, grace=config.stop_grace)
             leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
             return TIME_LIMIT_EXIT
         lost = head.lost()
         if lost is not None:
-            name, fields, code = lost
-            me.log.event(name, **fields)
+            me.log.event(lost.event, **lost.fields)
             # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
-            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), code)
-            return code
+            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), lost.code)
+            return lost.code
         while (event := me.comm.poll(tag=EVENT)) is not None:
             me.log.event("node_lost", peer=event.source, message=event.payload)
 
 
-def time_limits(me: Rank) -> list[tuple[Deadline, str, dict]]:
+def time_limits(me: Rank) -> list[Limit]:
     """When the leader must be stopped, and the event that says why: --time-limit, and the walltime's end
     where rank 0 keeps that deadline itself (batchjob.walltime_stop)."""
     config, limits = me.config, []
     if config.time_limit:
-        limits.append((Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
-                                                                          "cause": "time_limit"}))
+        limits.append(Limit(Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
+                                                                               "cause": "time_limit"}))
     stop = walltime_stop(config, me.env.scheduler, me.ends_at)
     if stop is not None:
         at, margin = stop
-        limits.append((Deadline.after(at - time.time()), "walltime_near", {"ends_at": me.ends_at, "margin": margin,
-                                                                           "cause": "walltime"}))
+        limits.append(Limit(Deadline.after(at - time.time()), "walltime_near",
+                            {"ends_at": me.ends_at, "margin": margin, "cause": "walltime"}))
         me.log.event("walltime_watched", ends_at=me.ends_at, margin=margin, seconds=round(at - time.time(), 1))
     return limits
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -63,6 +63,14 @@ class Comm(Protocol):
     def abandon(self, code: int) -> None: ...
 
     def exit_now(self, code: int) -> None: ...
+
+
+class Lost(NamedTuple):
+    """The cluster's heart stopped (RankZeroRole.lost): the event that says how, its fields, the job's exit code."""
+
+    event: str
+    fields: dict[str, Any]
+    code: int
 
 
 @dataclass
@@ -174,5 +182,5 @@ class RankZeroRole(Role, Protocol):
     def tick(self) -> None:
         """While the leader runs: keep what needs keeping (the registry's heartbeat)."""
 
-    def lost(self) -> tuple[str, dict, int] | None:
-        """The cluster's heart stopped: (event, fields, exit code), or None."""
+    def lost(self) -> Lost | None:
+        """The cluster's heart stopped: how, or None while it beats."""
