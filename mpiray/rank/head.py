@@ -36,6 +36,7 @@ from mpiray.rank.messages import (
     SETTLED,
     STOPPED,
     Cluster,
+    Hello,
     Report,
     Session,
     print_summary,
@@ -60,7 +61,7 @@ class Head:
         self.published: Published | None = None  # this cluster in the registry, for --join and attach
         self.beat = 0.0  # time.monotonic() of the last heartbeat
         self.autoscale: Autoscale | None = None  # with --autoscale
-        self.hellos: dict[int, dict] = {}  # each worker's HELLO: its host, log, versions, findings (preflight.py)
+        self.hellos: dict[int, Hello] = {}  # each worker's HELLO (preflight.py)
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -249,6 +250,8 @@ class Head:
             me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
 
 
-def _missing(me: Rank, reports: dict, hellos: dict) -> list[dict]:
-    return [{"rank": rank, "host": hellos.get(rank, {}).get("host", ""), "log": hellos.get(rank, {}).get("log", "")}
+def _missing(me: Rank, reports: dict, hellos: dict[int, Hello]) -> list[dict]:
+    """The ranks not in reports, for the startup_timeout event: where each is and logs, if its HELLO came."""
+    unknown = Hello("", "", {}, [])
+    return [{"rank": rank, "host": hellos.get(rank, unknown).host, "log": hellos.get(rank, unknown).log}
             for rank in range(me.comm.size) if rank not in reports]

@@ -14,13 +14,14 @@ from typing import Any, NamedTuple
 from mpiray import errors
 from mpiray.errors import ConfigError, LaunchError
 from mpiray.host.network import NodePorts
+from mpiray.host.preflight import Finding
 from mpiray.host.resources import Share
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
 
 # Message tags (see head.py for who sends which, when).
 SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
-HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
+HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ...", what it runs (a Hello)
 REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
@@ -64,6 +65,16 @@ class Session:
     def ports_job_id(self) -> str:
         """What picks this job's port blocks (two jobs on one host must differ)."""
         return self.own_job_id or self.job_id
+
+
+class Hello(NamedTuple):
+    """HELLO, each worker to rank 0 before any `ray start` goes (preflight.py): where it is and logs, what it
+    runs, and what the pre-flight found on its host (by the host's first rank; the others find nothing)."""
+
+    host: str
+    log: str
+    versions: dict[str, str]  # name -> version, in preflight.ORDER
+    findings: list[Finding]
 
 
 class HostPlan(NamedTuple):

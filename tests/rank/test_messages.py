@@ -6,8 +6,16 @@ import pickle
 
 from mpiray.errors import ConfigError, PortsPerHost
 from mpiray.host.network import node_ports
+from mpiray.host.preflight import WARN, Finding
 from mpiray.host.resources import Share
-from mpiray.rank.messages import LOCAL, HostPlan, Message, PlanRefused
+from mpiray.rank.messages import LOCAL, Hello, HostPlan, Message, PlanRefused
+
+
+def test_a_hello_crosses_mpi_as_it_was_sent():
+    hello = Hello("n1", "/logs/job/rank-0001.log", {"python": "3.11.7", "ray": "2.60.0"},
+                  [Finding(WARN, "ram", "90% of RAM in use", "fewer ranks per host")])
+    assert pickle.loads(pickle.dumps(hello)) == hello
+    assert len(pickle.dumps(hello)) < 600  # one per rank, all at rank 0
 
 
 def test_a_host_plan_and_its_refusal_cross_mpi_as_they_were_sent():
