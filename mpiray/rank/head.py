@@ -41,14 +41,16 @@ from mpiray.rank.messages import (
     Session,
     print_summary,
     resource_fields,
+    versions,
 )
 from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
+from mpiray.raynode.commands import head_ports
 
 if TYPE_CHECKING:
     from mpiray.elastic.autoscale import Autoscale
-    from mpiray.elastic.registry import Published
+    from mpiray.elastic.registry import Entry, Published
 
 
 class Head:
@@ -143,9 +145,28 @@ class Head:
 
     def publish(self, cluster: Cluster) -> None:
         """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
-        from mpiray.elastic.registry import Published  # a running cluster's, not every rank's (nor a dry run's)
+        from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
 
-        self.published = Published.head(self.me, cluster)
+        registry = Registry(self.me.config.registry)
+        self.published = publish(registry, self.entry(cluster), cluster.session.token, self.me.log)
+
+    def entry(self, cluster: Cluster) -> Entry:
+        """What the registry says of this cluster: how to reach it (GCS, dashboard, Ray Client), what it runs,
+        until when, and how big it is; no secret (the token lies beside it)."""
+        from mpiray.elastic.registry import Entry
+
+        me, session = self.me, cluster.session
+        spec = me.node.spec if me.node is not None else None
+        ours = versions(me.rank)
+        return Entry(
+            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
+            pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
+            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
+            ends_at=me.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
+            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
+            dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
+            client_port=head_ports(spec).ray_client if spec is not None else None,
+        )
 
     def lost(self) -> Lost | None:
         """The cluster's heart stopped, or None. The head's is its own node."""
@@ -159,7 +180,7 @@ class Head:
         """While the leader runs: the registry's heartbeat."""
         if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
             self.beat = time.monotonic()
-            self.published.beat(self.me)
+            self.published.beat()
 
     def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
@@ -207,7 +228,7 @@ class Head:
     def announce(self, code: int) -> None:
         self.me.comm.send_to_others(code, CONTROL)
         if self.published is not None:  # gone from the registry first: nobody joins a cluster that is ending
-            self.published.withdraw(self.me)
+            self.published.withdraw()
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         """Keep the GCS up until every worker's `ray start` is done starting (not on a stop signal),
