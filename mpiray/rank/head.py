@@ -21,8 +21,9 @@ import time
 from typing import TYPE_CHECKING
 
 from mpiray.batch import environment
+from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import PortInUse, WorkerFailed, WorkersMissing
+from mpiray.errors import PortInUse, StartupTimeout, WorkerFailed, WorkersMissing
 from mpiray.host import network
 from mpiray.logs import progress
 from mpiray.rank import preflight
@@ -126,7 +127,8 @@ class Head:
         if config.autoscale and not config.dry_run:
             from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
 
-            self.autoscale = Autoscale(me, job_id, me.current_session.job_dir(config.log_dir))
+            self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
+                                       me.current_session.job_dir(config.log_dir), me.log)
             autoscaling = self.autoscale.write_config(share)
         spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
@@ -269,6 +271,16 @@ class Head:
 
         if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
             me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
+
+
+def own_node_count(config: Config, ranks: int, hosts: int | None) -> int:
+    """The job's own Ray nodes, as --autoscale MIN:MAX counts them: one per rank, or one per host (--ray-node-per
+    host: every rank counted the hosts in life.setup; hosts is None where some rank never did)."""
+    count = ranks if config.ray_node_per == "rank" else hosts
+    if count is None:
+        raise StartupTimeout("the job's ranks did not all count their hosts within --startup-timeout: some rank "
+                             "did not start (see the rank logs)")
+    return count
 
 
 def _missing(me: Rank, reports: dict, hellos: dict[int, Hello]) -> list[dict]:
