@@ -27,7 +27,7 @@ from mpiray.errors import PortInUse, StartupTimeout, WorkerFailed, WorkersMissin
 from mpiray.host import network
 from mpiray.logs import progress
 from mpiray.rank import preflight
-from mpiray.rank.batchjob import read_batch_job
+from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
     CONTROL,
@@ -65,6 +65,7 @@ class Head:
         self.beat = 0.0  # time.monotonic() of the last heartbeat
         self.autoscale: Autoscale | None = None  # with --autoscale
         self.hellos: dict[int, Hello] = {}  # each worker's HELLO (preflight.py)
+        self.batch_job = BatchJob()  # its end and restart, read once the cluster is up (none in a dry run)
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -94,8 +95,9 @@ class Head:
         session = me.current_session
         print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
-            read_batch_job(me, {r.rank: r.host for r in reports})  # after the start, off its critical path: a qstat under PBS
-            cluster = dataclasses.replace(cluster, restart=me.restart)
+            # After the start, off its critical path: a qstat under PBS.
+            self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
+            cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
             self.publish(cluster)
             if self.autoscale is not None:
                 self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])
@@ -164,7 +166,7 @@ class Head:
             job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
             pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
             log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
-            ends_at=me.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
+            ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
             cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
             dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
             client_port=head_ports(spec).ray_client if spec is not None else None,

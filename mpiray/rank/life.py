@@ -26,7 +26,7 @@ from mpiray.errors import Interrupted, LaunchError, MpiSingletons, Shutdown
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
-from mpiray.rank.batchjob import walltime_stop
+from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
@@ -168,7 +168,7 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
     heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
     heartbeat meanwhile."""
     config = me.config
-    limits = time_limits(me)
+    limits = time_limits(me, head.batch_job)
     while True:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
@@ -194,19 +194,19 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             me.log.event("node_lost", peer=event.source, message=event.payload)
 
 
-def time_limits(me: Rank) -> list[Limit]:
+def time_limits(me: Rank, job: BatchJob) -> list[Limit]:
     """When the leader must be stopped, and the event that says why: --time-limit, and the walltime's end
-    where rank 0 keeps that deadline itself (batchjob.walltime_stop)."""
+    where rank 0 keeps that deadline itself (batchjob.walltime_stop; job: what rank 0 read of its batch job)."""
     config, limits = me.config, []
     if config.time_limit:
         limits.append(Limit(Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
                                                                                "cause": "time_limit"}))
-    stop = walltime_stop(config, me.env.scheduler, me.ends_at)
+    stop = walltime_stop(config, me.env.scheduler, job.ends_at)
     if stop is not None:
         at, margin = stop
         limits.append(Limit(Deadline.after(at - time.time()), "walltime_near",
-                            {"ends_at": me.ends_at, "margin": margin, "cause": "walltime"}))
-        me.log.event("walltime_watched", ends_at=me.ends_at, margin=margin, seconds=round(at - time.time(), 1))
+                            {"ends_at": job.ends_at, "margin": margin, "cause": "walltime"}))
+        me.log.event("walltime_watched", ends_at=job.ends_at, margin=margin, seconds=round(at - time.time(), 1))
     return limits
 
 

@@ -14,6 +14,7 @@ from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
+from mpiray.rank.batchjob import BatchJob
 from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
@@ -93,9 +94,8 @@ class Rank:
     node: RayNode | None = None  # this rank's Ray node, once prepared (none in a dry run, or on an idle rank)
     port_block: PortBlock | None = None  # the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
-    hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
-    ends_at: float | None = None  # rank 0: when the batch job's walltime ends, once the cluster is up (batchjob.py)
-    restart: str | None = None  # rank 0: "restart 1 (SLURM_RESTART_COUNT)" where the batch system started it again
+    hosts: int | None = None  # how many hosts the job's ranks are on (every rank counts them, in life.setup), where
+    # the autoscaler needs it (--ray-node-per host); None where some rank did not count within --startup-timeout
 
     @property
     def rank(self) -> int:
@@ -175,6 +175,8 @@ class Role(Protocol):
 
 class RankZeroRole(Role, Protocol):
     """Rank 0's part (head.Head, joiner.Joiner), as life.drive and life.watch use it."""
+
+    batch_job: BatchJob  # what it learned of the batch job once the cluster was up (nothing in a dry run)
 
     def lead(self) -> Cluster:
         """Bring the cluster up: this rank's node, then every worker's report."""
