@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Container
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -48,6 +48,7 @@ from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_unti
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.raynode.commands import head_ports
+from mpiray.raynode.gcs import NodeInfo
 
 if TYPE_CHECKING:
     from mpiray.elastic.autoscale import Autoscale
@@ -105,7 +106,7 @@ class Head:
 
     own_alive_event = "head_alive"
 
-    def start_own(self):
+    def start_own(self) -> NodeInfo:
         """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
         me, config = self.me, self.me.config
         job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
@@ -137,7 +138,7 @@ class Head:
         # then); a job that cannot work ends here, with nothing of Ray started anywhere.
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
+            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
         if config.dry_run:
             return planned_node(me, spec)
@@ -186,7 +187,7 @@ class Head:
             self.beat = time.monotonic()
             self.published.beat()
 
-    def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
+    def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
         ones at the startup timeout."""
         me = self.me
@@ -285,8 +286,8 @@ def own_node_count(config: Config, ranks: int, hosts: int | None) -> int:
     return count
 
 
-def _missing(me: Rank, reports: dict, hellos: dict[int, Hello]) -> list[dict]:
-    """The ranks not in reports, for the startup_timeout event: where each is and logs, if its HELLO came."""
+def _missing(me: Rank, answered: Container[int], hellos: dict[int, Hello]) -> list[dict]:
+    """The ranks not answered, for the startup_timeout event: where each is and logs, if its HELLO came."""
     unknown = Hello("", "", {}, [])
     return [{"rank": rank, "host": hellos.get(rank, unknown).host, "log": hellos.get(rank, unknown).log}
-            for rank in range(me.comm.size) if rank not in reports]
+            for rank in range(me.comm.size) if rank not in answered]

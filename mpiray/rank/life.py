@@ -31,7 +31,7 @@ from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Role
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Comm, Leader, Rank, RankZeroRole, Role
 from mpiray.rank.worker import Worker
 
 
@@ -43,7 +43,7 @@ class Limit(NamedTuple):
     fields: dict[str, Any]
 
 
-def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | None = None,
+def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: StopRequest | None = None,
         process_ends: bool = True, log: RankLog | None = None) -> int:
     """This rank's whole job; every rank returns the same exit code.
 
@@ -74,7 +74,8 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     return code
 
 
-def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankLog | None = None) -> Rank:
+def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = None,
+          log: RankLog | None = None) -> Rank:
     """This rank's state, before any rank waits on another: stop signals, MPI, its host's ranks."""
     if stop is None:
         stop = StopRequest()
@@ -86,9 +87,9 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankL
     if log is None:
         log = early_log(config) if comm is None else RankLog(0, host)
     if comm is None:
-        from mpiray.rank.mpi import Comm  # imports mpi4py, whose import is MPI_Init: only here, when it is time
+        from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only here, when it is time
 
-        comm = Comm()
+        comm = mpi.Comm()
     log.rank = comm.rank
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
