@@ -9,11 +9,12 @@ from collections import deque
 from typing import Any, Callable
 
 from mpiray.deadline import Deadline, poll_until
+from mpiray.rank.messages import Message
 
 
 class World:
-    """size ranks (on hosts: each rank's host, default one host for all); a message is (source, tag,
-    bytes) in its destination's queue."""
+    """size ranks (on hosts: each rank's host, default one host for all); a message is a Message whose
+    payload is still pickled, in its destination's queue."""
 
     def __init__(self, size: int, hosts: list[str] | None = None):
         self.size = size
@@ -40,7 +41,7 @@ class MemoryComm:
     def send(self, obj: Any, dest: int, tag: int) -> None:
         self.sent += 1
         with self.world.lock:
-            self.world.queues[dest].append((self.rank, tag, pickle.dumps(obj)))
+            self.world.queues[dest].append(Message(self.rank, tag, pickle.dumps(obj)))
 
     def progress(self) -> None:
         pass  # sends complete at once
@@ -50,19 +51,19 @@ class MemoryComm:
             if dest != self.rank:
                 self.send(obj, dest, tag)
 
-    def poll(self, source: int | None = None, tag: int | None = None) -> tuple[int, int, Any] | None:
+    def poll(self, source: int | None = None, tag: int | None = None) -> Message | None:
         with self.world.lock:
             queue = self.world.queues[self.rank]
             for message in queue:
-                if source in (None, -1, message[0]) and tag in (None, -1, message[1]):
+                if source in (None, -1, message.source) and tag in (None, -1, message.tag):
                     queue.remove(message)
                     self.received += 1
-                    return message[0], message[1], pickle.loads(message[2])
+                    return message._replace(payload=pickle.loads(message.payload))
         return None
 
     def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = lambda: None):
         message = poll_until(lambda: self.poll(source, tag), deadline, self.poll_interval, between_polls)
-        return None if message is None else message[2]
+        return None if message is None else message.payload
 
     def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
                      between_polls: Callable[[], None] = lambda: None) -> dict[int, Any]:
@@ -71,7 +72,7 @@ class MemoryComm:
         def take_all() -> bool:
             for source in sources:
                 if source not in got and (message := self.poll(source, tag)) is not None:
-                    got[source] = message[2]
+                    got[source] = message.payload
             return set(sources) <= got.keys()
 
         poll_until(take_all, deadline, self.poll_interval, between_polls)

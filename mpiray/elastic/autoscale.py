@@ -22,9 +22,11 @@ from pathlib import Path
 from mpiray import package
 from mpiray.batch.jobs import GONE, WorkerJob
 from mpiray.batch.systems import SYSTEMS
-from mpiray.config import parse_bounds
+from mpiray.config import Config, parse_bounds
 from mpiray.elastic.registry import Registry, private_root
-from mpiray.errors import ConfigError, StartupTimeout
+from mpiray.errors import ConfigError
+from mpiray.host.resources import Share
+from mpiray.logs.events import RankLog
 
 HEAD_TYPE, STATIC_TYPE, WORKER_TYPE = "mpiray.head", "mpiray.static", "mpiray.worker"  # Ray's node types
 
@@ -68,30 +70,25 @@ class Autoscale:
     """The head job's autoscaler: made before the head starts (its config), told the job's own nodes, and
     asked at the end to cancel every worker job it still has."""
 
-    def __init__(self, me, job_id: str, job_dir: Path):
-        config = me.config
-        self.me, self.job_id = me, job_id
-        self.low, self.high = parse_bounds(config.autoscale)
-        scheduler = me.env.scheduler if me.env.scheduler in SYSTEMS else ""
-        if not scheduler:
+    def __init__(self, config: Config, scheduler: str, own_nodes: int, job_id: str, job_dir: Path, log: RankLog):
+        """config: the head job's; scheduler: the batch system it runs under (environment.Environment's);
+        own_nodes: the head job's own Ray nodes (one per rank, or one per host with --ray-node-per host), which
+        --autoscale MIN:MAX counts too; job_dir: its logs, where the worker jobs write theirs."""
+        if scheduler not in SYSTEMS:
             raise ConfigError(f"--autoscale needs a batch scheduler to submit worker jobs to (Slurm or PBS); this "
-                              f"job runs under {me.env.scheduler}")
-        self.scheduler = scheduler
+                              f"job runs under {scheduler}")
+        self.config, self.scheduler, self.own_nodes, self.job_id, self.log = config, scheduler, own_nodes, job_id, log
+        self.low, self.high = parse_bounds(config.autoscale or "")
         self.registry = Registry(config.registry)
         self.dir = private_root(self.registry.root) / f"{job_id}.autoscale"
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self.config_path, self.static_path = self.dir / "config.json", self.dir / "static.json"
         self.state_path = self.dir / "state.json"
         self.job_dir = job_dir.resolve()  # worker jobs start elsewhere (their own workdir): no relative path
-        # The head job's own Ray nodes: one per rank, or one per host (--ray-node-per host).
-        self.own_nodes = me.comm.size if config.ray_node_per == "rank" else me.hosts
-        if self.own_nodes is None:
-            raise StartupTimeout("the job's ranks did not all count their hosts within --startup-timeout: some rank "
-                                 "did not start (see the rank logs)")
 
-    def write_config(self, head_share) -> str:
+    def write_config(self, head_share: Share) -> str:
         """Ray's autoscaling config, for the head's `ray start --autoscaling-config`; returns its path."""
-        config = self.me.config
+        config = self.config
         cpus = config.worker_cpus if config.worker_cpus is not None else head_share.cpus
         gpus = config.worker_gpus or 0
         env = {name: os.environ[name] for name in os.environ
@@ -132,14 +129,14 @@ class Autoscale:
             **EMPTY_KEYS,
         }
         save(self.config_path, ray_config)
-        self.me.log.event("autoscaler_configured", low=self.low, high=self.high, own=self.own_nodes,
+        self.log.event("autoscaler_configured", low=self.low, high=self.high, own=self.own_nodes,
                           scheduler=self.scheduler, cpus=job.cpus, gpus=job.gpus, cooldown=config.cooldown,
                           config=str(self.config_path))
         return str(self.config_path)
 
     def _template(self) -> tuple[tuple[str, ...], str]:
         """--worker-job FILE: its #SBATCH/#PBS lines, and its shell lines (a shebang and comments dropped)."""
-        path = self.me.config.worker_job
+        path = self.config.worker_job
         if not path:
             return (), ""
         try:
@@ -159,7 +156,7 @@ class Autoscale:
         jobs = active_jobs(load(self.state_path, {}))
         if jobs:
             SYSTEMS[self.scheduler]().cancel(list(jobs.values()))
-            self.me.log.event("worker_jobs_cancelled", jobs=sorted(jobs.values()))
+            self.log.event("worker_jobs_cancelled", jobs=sorted(jobs.values()))
 
     def remove(self) -> None:
         for path in (self.config_path, self.static_path, self.state_path):

@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mpiray.errors import ConfigError, LaunchError, NoSuchCluster
-from mpiray.raynode.commands import head_ports
-from mpiray.raynode.raycompat import ray_version
+from mpiray.logs.events import RankLog
 
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0  # the worker jobs of a SIGKILLed head notice within this (the issue's bound: 60 s)
@@ -193,44 +191,34 @@ class Registry:
 
 
 class Published:
-    """A cluster's own entry while it runs: written once it is up, its heartbeat renewed, withdrawn at its
-    end. A registry that cannot be written (a read-only home) costs only --join and attach: said once."""
+    """A cluster's own entry while it runs: written once it is up (publish), its heartbeat renewed, withdrawn at
+    its end. A registry that cannot be written (a read-only home) costs only --join and attach: said in log."""
 
     heartbeat_s = HEARTBEAT_S
 
-    def __init__(self, registry: Registry, entry: Entry):
-        self.registry, self.entry = registry, entry
+    def __init__(self, registry: Registry, entry: Entry, log: RankLog):
+        self.registry, self.entry, self.log = registry, entry, log
 
-    @classmethod
-    def head(cls, me, cluster) -> Published | None:
-        """Publish the cluster rank 0 (me, a rank.state.Rank) leads; None where the registry cannot be written."""
-        config, session = me.config, cluster.session
-        registry = Registry(config.registry)
-        entry = Entry(
-            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
-            pid=os.getpid(), uid=os.getuid(), ray=ray_version(), python=sys.version.split()[0],
-            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
-            ends_at=me.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
-            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
-            dashboard_port=me.node.spec.ports.dashboard if config.dashboard and me.node is not None else None,
-            client_port=head_ports(me.node.spec).ray_client if me.node is not None and me.node.spec else None,
-        )
-        try:
-            registry.publish(entry, session.token)
-        except (OSError, LaunchError) as error:
-            me.log.event("registry_failed", root=str(registry.root), problem=str(error))
-            return None
-        me.log.event("published", root=str(registry.root), job_id=entry.job_id)
-        return cls(registry, entry)
-
-    def beat(self, me) -> None:
+    def beat(self) -> None:
         try:
             self.registry.heartbeat(self.entry)
         except OSError as error:
-            me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
+            self.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 
-    def withdraw(self, me) -> None:
+    def withdraw(self) -> None:
         try:
             self.registry.remove(self.entry.job_id)
         except OSError as error:
-            me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
+            self.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
+
+
+def publish(registry: Registry, entry: Entry, token: str | None, log: RankLog) -> Published | None:
+    """A running cluster's entry (its head's rank 0 built it) and token, in registry; None where the registry
+    cannot be written (said once, in log)."""
+    try:
+        registry.publish(entry, token)
+    except (OSError, LaunchError) as error:
+        log.event("registry_failed", root=str(registry.root), problem=str(error))
+        return None
+    log.event("published", root=str(registry.root), job_id=entry.job_id)
+    return Published(registry, entry, log)

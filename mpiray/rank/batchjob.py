@@ -12,11 +12,12 @@ would kill it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from mpiray.batch.environment import Environment
 from mpiray.config import Config
 from mpiray.errors import CommandFailed
-from mpiray.rank.state import Rank
+from mpiray.logs.events import RankLog
 
 if TYPE_CHECKING:
     from mpiray.batch import pbs
@@ -25,37 +26,46 @@ WALLTIME_TEARDOWN = 30.0  # seconds after the driver's grace: Ray's stop (<= 5 s
 QDEL_TEARDOWN = 5.0  # after a qdel'ed driver's grace: Ray's stop, before PBS's SIGKILL
 
 
-def read_batch_job(me: Rank, rank_hosts: dict[int, str] | None = None) -> None:
-    """rank 0: the job's end (me.ends_at), whether it is a restart (me.restart) and, under PBS, its facts
-    as qstat shows them (events). rank_hosts: each rank's host, to find ranks the job's hosts do not hold."""
-    env = me.env
-    me.ends_at, me.restart = env.ends_at, env.restart
+class BatchJob(NamedTuple):
+    """What rank 0 knows of its batch job once the cluster is up (read_batch_job): what the head keeps, for the
+    walltime stop (life.time_limits), the driver (Cluster.restart) and the registry's entry (its end time)."""
+
+    ends_at: float | None = None  # when its walltime ends, seconds since 1970, where the scheduler says
+    restart: str | None = None  # "restart 1 (SLURM_RESTART_COUNT)", where the batch system started it again
+
+
+def read_batch_job(env: Environment, log: RankLog, stop_grace: float,
+                   rank_hosts: dict[int, str] | None = None) -> BatchJob:
+    """rank 0: the job's end, whether it is a restart and, under PBS, its facts as qstat shows them (events).
+    stop_grace: the driver's (--stop-grace); rank_hosts: each rank's host, to find ranks the job's hosts do not hold."""
+    job = BatchJob(env.ends_at, env.restart)
     if env.scheduler != "pbs" or not env.scheduler_job_id:
-        return
+        return job
     from mpiray.batch import pbs  # a PBS job's alone: off every other rank's start
 
     try:
         facts = pbs.query(env.scheduler_job_id)
     except CommandFailed as error:  # qstat not on this node, or the server slow: the job goes on without
-        me.log.event("batch_job_unknown", scheduler="pbs", job_id=env.scheduler_job_id, problem=str(error))
-        return
-    me.ends_at = facts.ends_at
+        log.event("batch_job_unknown", scheduler="pbs", job_id=env.scheduler_job_id, problem=str(error))
+        return job
+    job = job._replace(ends_at=facts.ends_at)
     if facts.run_count > 1:  # qrerun, or a node's failure: PBS keeps the job id and names no count in its environment
-        me.restart = f"run {facts.run_count} (PBS run_count)"
-    me.log.event("batch_job", scheduler="pbs", job_id=facts.job_id, select=facts.select, cpus=facts.cpus,
-                 hosts=list(facts.hosts), walltime=facts.walltime, started=facts.started, ends_at=facts.ends_at,
-                 run_count=facts.run_count)
-    check_kill_delay(me, facts)
+        job = job._replace(restart=f"run {facts.run_count} (PBS run_count)")
+    log.event("batch_job", scheduler="pbs", job_id=facts.job_id, select=facts.select, cpus=facts.cpus,
+              hosts=list(facts.hosts), walltime=facts.walltime, started=facts.started, ends_at=facts.ends_at,
+              run_count=facts.run_count)
+    check_kill_delay(facts, stop_grace, log)
     # A site may give chunks whole nodes by default (default_chunk.ncpus): only a 1-CPU chunk is a mistake.
     if any("ncpus" not in fields for _, fields in pbs.select_chunks(facts.select)) and 1 in facts.cpus.values():
-        me.log.event("select_without_ncpus", select=facts.select, cause="select_without_ncpus")
+        log.event("select_without_ncpus", select=facts.select, cause="select_without_ncpus")
     outside = ranks_outside(rank_hosts or {}, facts.hosts)
     if outside:
-        me.log.event("ranks_outside_job", ranks=sorted(outside), hosts=sorted(set(outside.values())),
-                     job_hosts=list(facts.hosts), cause="ranks_outside_job")
+        log.event("ranks_outside_job", ranks=sorted(outside), hosts=sorted(set(outside.values())),
+                  job_hosts=list(facts.hosts), cause="ranks_outside_job")
+    return job
 
 
-def check_kill_delay(me: Rank, facts: "pbs.JobFacts") -> None:
+def check_kill_delay(facts: "pbs.JobFacts", stop_grace: float, log: RankLog) -> None:
     """One rule for the driver's grace under PBS: the walltime stop gives it all of --stop-grace (mpiray
     keeps that deadline itself); a qdel gives it only the queue's kill_delay, which mpiray cannot change,
     so a grace longer than that is said once, at the start, with what it means."""
@@ -66,10 +76,10 @@ def check_kill_delay(me: Rank, facts: "pbs.JobFacts") -> None:
     try:
         delay = pbs.kill_delay(facts.queue)
     except CommandFailed as error:
-        me.log.event("batch_job_unknown", scheduler="pbs", job_id=facts.job_id, problem=str(error))
+        log.event("batch_job_unknown", scheduler="pbs", job_id=facts.job_id, problem=str(error))
         return
-    if me.config.stop_grace + QDEL_TEARDOWN > delay:
-        me.log.event("qdel_cuts_grace", queue=facts.queue, kill_delay=delay, grace=me.config.stop_grace)
+    if stop_grace + QDEL_TEARDOWN > delay:
+        log.event("qdel_cuts_grace", queue=facts.queue, kill_delay=delay, grace=stop_grace)
 
 
 def ranks_outside(rank_hosts: dict[int, str], job_hosts: tuple[str, ...]) -> dict[int, str]:

@@ -18,15 +18,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Container
 
 from mpiray.batch import environment
+from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import PortInUse, WorkerFailed, WorkersMissing
+from mpiray.errors import PortInUse, StartupTimeout, WorkerFailed, WorkersMissing
 from mpiray.host import network
 from mpiray.logs import progress
 from mpiray.rank import preflight
-from mpiray.rank.batchjob import read_batch_job
+from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
     CONTROL,
@@ -36,18 +37,22 @@ from mpiray.rank.messages import (
     SETTLED,
     STOPPED,
     Cluster,
+    Hello,
     Report,
     Session,
     print_summary,
     resource_fields,
+    versions,
 )
 from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
 from mpiray.rank.slots import Joins, JoinWindow
-from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Rank
+from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
+from mpiray.raynode.commands import head_ports
+from mpiray.raynode.gcs import NodeInfo
 
 if TYPE_CHECKING:
     from mpiray.elastic.autoscale import Autoscale
-    from mpiray.elastic.registry import Published
+    from mpiray.elastic.registry import Entry, Published
 
 
 class Head:
@@ -60,7 +65,8 @@ class Head:
         self.published: Published | None = None  # this cluster in the registry, for --join and attach
         self.beat = 0.0  # time.monotonic() of the last heartbeat
         self.autoscale: Autoscale | None = None  # with --autoscale
-        self.hellos: dict[int, dict] = {}  # each worker's HELLO: its host, log, versions, findings (preflight.py)
+        self.hellos: dict[int, Hello] = {}  # each worker's HELLO (preflight.py)
+        self.batch_job = BatchJob()  # its end and restart, read once the cluster is up (none in a dry run)
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -90,8 +96,9 @@ class Head:
         session = me.current_session
         print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
         if not config.dry_run:
-            read_batch_job(me, {r.rank: r.host for r in reports})  # after the start, off its critical path: a qstat under PBS
-            cluster = dataclasses.replace(cluster, restart=me.restart)
+            # After the start, off its critical path: a qstat under PBS.
+            self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
+            cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
             self.publish(cluster)
             if self.autoscale is not None:
                 self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])
@@ -99,7 +106,7 @@ class Head:
 
     own_alive_event = "head_alive"
 
-    def start_own(self):
+    def start_own(self) -> NodeInfo:
         """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
         me, config = self.me, self.me.config
         job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
@@ -108,7 +115,9 @@ class Head:
         head_ip = network.head_address(config.interface)
         if config.port and not network.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
-        share, ports = split_host(me, job_id, gcs_port=config.port)
+        plan = split_host(me, job_id, gcs_port=config.port)
+        share, ports = plan.share, plan.ports
+        assert share is not None and ports is not None  # a host's first rank always runs a node
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")
@@ -121,14 +130,15 @@ class Head:
         if config.autoscale and not config.dry_run:
             from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
 
-            self.autoscale = Autoscale(me, job_id, me.current_session.job_dir(config.log_dir))
+            self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
+                                       me.current_session.job_dir(config.log_dir), me.log)
             autoscaling = self.autoscale.write_config(share)
         spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
         # then); a job that cannot work ends here, with nothing of Ray started anywhere.
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
+            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
         if config.dry_run:
             return planned_node(me, spec)
@@ -140,25 +150,44 @@ class Head:
 
     def publish(self, cluster: Cluster) -> None:
         """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
-        from mpiray.elastic.registry import Published  # a running cluster's, not every rank's (nor a dry run's)
+        from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
 
-        self.published = Published.head(self.me, cluster)
+        registry = Registry(self.me.config.registry)
+        self.published = publish(registry, self.entry(cluster), cluster.session.token, self.me.log)
 
-    def lost(self) -> tuple[str, dict, int] | None:
-        """The cluster's heart stopped: (event, fields, exit code), or None. The head's is its own node."""
+    def entry(self, cluster: Cluster) -> Entry:
+        """What the registry says of this cluster: how to reach it (GCS, dashboard, Ray Client), what it runs,
+        until when, and how big it is; no secret (the token lies beside it)."""
+        from mpiray.elastic.registry import Entry
+
+        me, session = self.me, cluster.session
+        spec = me.node.spec if me.node is not None else None
+        ours = versions(me.rank)
+        return Entry(
+            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
+            pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
+            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
+            ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
+            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
+            dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
+            client_port=head_ports(spec).ray_client if spec is not None else None,
+        )
+
+    def lost(self) -> Lost | None:
+        """The cluster's heart stopped, or None. The head's is its own node."""
         node = self.me.node
         if node is None or not node.exited():
             return None
-        return "head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"}, \
-            HEAD_LOST_EXIT
+        return Lost("head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"},
+                    HEAD_LOST_EXIT)
 
     def tick(self) -> None:
         """While the leader runs: the registry's heartbeat."""
         if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
             self.beat = time.monotonic()
-            self.published.beat(self.me)
+            self.published.beat()
 
-    def collect_reports(self, head, joins: Joins, live: progress.Progress) -> list[Report]:
+    def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
         ones at the startup timeout."""
         me = self.me
@@ -204,7 +233,7 @@ class Head:
     def announce(self, code: int) -> None:
         self.me.comm.send_to_others(code, CONTROL)
         if self.published is not None:  # gone from the registry first: nobody joins a cluster that is ending
-            self.published.withdraw(self.me)
+            self.published.withdraw()
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         """Keep the GCS up until every worker's `ray start` is done starting (not on a stop signal),
@@ -227,7 +256,7 @@ class Head:
 
         def all_settled() -> bool:
             while (message := me.comm.poll(tag=SETTLED)) is not None:
-                self.settled_ranks.add(message[0])
+                self.settled_ranks.add(message.source)
             return not self.node_ranks - self.settled_ranks
 
         if not poll_until(all_settled, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
@@ -240,13 +269,25 @@ class Head:
 
         def all_stopped() -> bool:
             while (message := me.comm.poll(tag=STOPPED)) is not None:
-                stopped.add(message[0])
+                stopped.add(message.source)
             return not self.node_ranks - stopped
 
         if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
             me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
 
 
-def _missing(me: Rank, reports: dict, hellos: dict) -> list[dict]:
-    return [{"rank": rank, "host": hellos.get(rank, {}).get("host", ""), "log": hellos.get(rank, {}).get("log", "")}
-            for rank in range(me.comm.size) if rank not in reports]
+def own_node_count(config: Config, ranks: int, hosts: int | None) -> int:
+    """The job's own Ray nodes, as --autoscale MIN:MAX counts them: one per rank, or one per host (--ray-node-per
+    host: every rank counted the hosts in life.setup; hosts is None where some rank never did)."""
+    count = ranks if config.ray_node_per == "rank" else hosts
+    if count is None:
+        raise StartupTimeout("the job's ranks did not all count their hosts within --startup-timeout: some rank "
+                             "did not start (see the rank logs)")
+    return count
+
+
+def _missing(me: Rank, answered: Container[int], hellos: dict[int, Hello]) -> list[dict]:
+    """The ranks not answered, for the startup_timeout event: where each is and logs, if its HELLO came."""
+    unknown = Hello("", "", {}, [])
+    return [{"rank": rank, "host": hellos.get(rank, unknown).host, "log": hellos.get(rank, unknown).log}
+            for rank in range(me.comm.size) if rank not in answered]

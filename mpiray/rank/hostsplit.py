@@ -4,55 +4,55 @@ sends each its plan."""
 
 from __future__ import annotations
 
-from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, StartupTimeout
 from mpiray.host import network, resources
-from mpiray.rank.messages import LOCAL
+from mpiray.rank.messages import LOCAL, HostPlan, PlanRefused
 from mpiray.rank.state import Rank
 
 
-def split_host(me: Rank, job_id: str, gcs_port: int = 0):
-    """Split this host among its ranks: (share, ports) for this rank, (None, None) if it idles."""
+def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
+    """Split this host among its ranks: this rank's plan (its share and ports; neither if it idles)."""
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
+    plan: HostPlan | PlanRefused | None
     if host_comm.rank == 0:
         others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.check)
         if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
         views = [me.view] + [others[r] for r in range(1, host_comm.size)]
         plans = _plan_for(me, views, job_id, gcs_port)
-        for local, plan in enumerate(plans[1:], start=1):
-            host_comm.send(plan, local, LOCAL)
+        for local, each in enumerate(plans[1:], start=1):
+            host_comm.send(each, local, LOCAL)
         plan = plans[0]
     else:
         plan = host_comm.receive(0, LOCAL, deadline, me.check)
         if plan is None:
             raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
     host_comm.flush(5)
-    if isinstance(plan, tuple) and isinstance(plan[0], str):
-        raise errors.by_cause(plan[1])(plan[0]) if plan[1] else ConfigError(plan[0])
+    if isinstance(plan, PlanRefused):
+        raise plan.error()
     return plan
 
 
-def _plan_for(me: Rank, views: list, job_id: str, gcs_port: int) -> list:
-    """The local leader's plan for every rank of the host: (Share, NodePorts), (None, None), or (error, cause)."""
+def _plan_for(me: Rank, views: list[resources.HostView], job_id: str, gcs_port: int) -> list[HostPlan | PlanRefused]:
+    """The host's first rank's plan for every rank of the host, or why there is none (the same for each)."""
     config = me.config
     nodes = 1 if config.ray_node_per == "host" else len(views)
     problem = resources.check_object_store(config.object_store_memory, views[0], nodes)
     if problem:
-        return [(problem, "")] * len(views)
+        return [PlanRefused(problem)] * len(views)
     shares = resources.plan_shares(config, views, me.rank == 0, me.env.cpus_per_task)
     problem = resources.ports_problem(shares, views[0].hostname)
     if problem:
-        return [(problem, "ports_per_host")] * len(views)
+        return [PlanRefused(problem, "ports_per_host")] * len(views)
     units = resources.port_units(shares)
     try:
         take = network.planned_block if config.dry_run else network.free_block
         me.port_block = take(job_id, sum(units), reserved=gcs_port)
     except ConfigError as error:
-        return [(str(error), error.cause)] * len(views)
+        return [PlanRefused(str(error), error.cause)] * len(views)
     for note in me.port_block.notes:
         me.log.event("port_note", note=note)
     ports = iter(network.host_ports(me.port_block.base, units, gcs_port))
-    return [(share, next(ports)) if share is not None else (None, None) for share in shares]
+    return [HostPlan(share, next(ports)) if share is not None else HostPlan(None, None) for share in shares]

@@ -22,10 +22,10 @@ from mpiray.errors import NoSuchCluster, VersionSkew, WorkersMissing
 from mpiray.rank import preflight
 from mpiray.rank.head import Head, _missing
 from mpiray.rank.hostsplit import split_host
-from mpiray.rank.messages import SESSION, Session, versions
+from mpiray.rank.messages import SESSION, Cluster, Session, versions
 from mpiray.rank.ownnode import join, log_context, start_node
-from mpiray.rank.state import Rank
-from mpiray.raynode.gcs import gcs_answers
+from mpiray.rank.state import Lost, Rank
+from mpiray.raynode.gcs import NodeInfo, gcs_answers
 
 
 class Joiner(Head):
@@ -38,8 +38,9 @@ class Joiner(Head):
         self.registry = Registry(me.config.registry)
         self.joined: dict | None = None  # this job in the cluster's registry entry
 
-    def start_own(self):
+    def start_own(self) -> NodeInfo:
         me, config = self.me, self.me.config
+        assert config.join is not None  # a Joiner leads only a --join job (life.run)
         entry = self.registry.read(config.join)  # gone, or another user's: NoSuchCluster, at once
         own_job = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
         session = Session(entry.job_id, entry.head_ip, entry.gcs_address, self.registry.token(entry.job_id),
@@ -53,21 +54,22 @@ class Joiner(Head):
         if not gcs_answers(entry.gcs_address):
             raise NoSuchCluster(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                                 f"or this host cannot reach its host {entry.host}")
-        share, ports = split_host(me, own_job)
+        plan = split_host(me, own_job)
+        assert plan.share is not None and plan.ports is not None  # a host's first rank always runs a node
         me.session = session
         me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)
         me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
                      workers=me.comm.size - 1)
-        start_node(me, share, ports, head=False)
+        start_node(me, plan.share, plan.ports, head=False)
         self.hellos = preflight.gather(me)  # as the head's job does: nothing of Ray goes before it passes
         if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0: None, **self.hellos}, self.hellos), config.startup_timeout)
+            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
         me.ray_node.release()
         return join(me)
 
-    def publish(self, cluster) -> None:
+    def publish(self, cluster: Cluster) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
         provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
         self.joined = {"job_id": self.me.current_session.own_job_id, "host": self.me.host, "pid": os.getpid(),
@@ -82,14 +84,14 @@ class Joiner(Head):
         except OSError as error:
             self.me.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 
-    def lost(self) -> tuple[str, dict, int] | None:
+    def lost(self) -> Lost | None:
         """Its own node ended: the cluster ended first (0), or this node alone is gone (1)."""
         node = self.me.node
         if node is None or not node.exited():
             return None
         if gcs_answers(self.me.current_session.gcs_address):
-            return "own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1
-        return "cluster_ended", {"cluster": self.me.current_session.job_id}, 0
+            return Lost("own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1)
+        return Lost("cluster_ended", {"cluster": self.me.current_session.job_id}, 0)
 
     def tick(self) -> None:
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:

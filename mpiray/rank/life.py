@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -26,16 +26,24 @@ from mpiray.errors import Interrupted, LaunchError, MpiSingletons, Shutdown
 from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
-from mpiray.rank.batchjob import walltime_stop
+from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import describe_when_started
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Leader, Rank, RankZeroRole, Role
+from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Comm, Leader, Rank, RankZeroRole, Role
 from mpiray.rank.worker import Worker
 
 
-def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | None = None,
+class Limit(NamedTuple):
+    """A time by which rank 0 stops the leader (--time-limit, the walltime's end), and the event that says why."""
+
+    deadline: Deadline
+    event: str
+    fields: dict[str, Any]
+
+
+def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: StopRequest | None = None,
         process_ends: bool = True, log: RankLog | None = None) -> int:
     """This rank's whole job; every rank returns the same exit code.
 
@@ -66,7 +74,8 @@ def run(config: Config, leader: Leader | None, comm=None, stop: StopRequest | No
     return code
 
 
-def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankLog | None = None) -> Rank:
+def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = None,
+          log: RankLog | None = None) -> Rank:
     """This rank's state, before any rank waits on another: stop signals, MPI, its host's ranks."""
     if stop is None:
         stop = StopRequest()
@@ -78,9 +87,9 @@ def setup(config: Config, comm=None, stop: StopRequest | None = None, log: RankL
     if log is None:
         log = early_log(config) if comm is None else RankLog(0, host)
     if comm is None:
-        from mpiray.rank.mpi import Comm  # imports mpi4py, whose import is MPI_Init: only here, when it is time
+        from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only here, when it is time
 
-        comm = Comm()
+        comm = mpi.Comm()
     log.rank = comm.rank
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
@@ -160,7 +169,7 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
     heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
     heartbeat meanwhile."""
     config = me.config
-    limits = time_limits(me)
+    limits = time_limits(me, head.batch_job)
     while True:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
@@ -171,35 +180,34 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
             leader.stop(config.stop_grace, 128 + me.stop.signum)
             return 128 + me.stop.signum
-        passed = next(((name, fields) for deadline, name, fields in limits if deadline.expired()), None)
+        passed = next((limit for limit in limits if limit.deadline.expired()), None)
         if passed is not None:
-            me.log.event(passed[0], **passed[1], grace=config.stop_grace)
+            me.log.event(passed.event, **passed.fields, grace=config.stop_grace)
             leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
             return TIME_LIMIT_EXIT
         lost = head.lost()
         if lost is not None:
-            name, fields, code = lost
-            me.log.event(name, **fields)
+            me.log.event(lost.event, **lost.fields)
             # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
-            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), code)
-            return code
+            leader.stop(min(config.stop_grace, RAY_STOP_GRACE), lost.code)
+            return lost.code
         while (event := me.comm.poll(tag=EVENT)) is not None:
-            me.log.event("node_lost", peer=event[0], message=event[2])
+            me.log.event("node_lost", peer=event.source, message=event.payload)
 
 
-def time_limits(me: Rank) -> list[tuple[Deadline, str, dict]]:
+def time_limits(me: Rank, job: BatchJob) -> list[Limit]:
     """When the leader must be stopped, and the event that says why: --time-limit, and the walltime's end
-    where rank 0 keeps that deadline itself (batchjob.walltime_stop)."""
+    where rank 0 keeps that deadline itself (batchjob.walltime_stop; job: what rank 0 read of its batch job)."""
     config, limits = me.config, []
     if config.time_limit:
-        limits.append((Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
-                                                                          "cause": "time_limit"}))
-    stop = walltime_stop(config, me.env.scheduler, me.ends_at)
+        limits.append(Limit(Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
+                                                                               "cause": "time_limit"}))
+    stop = walltime_stop(config, me.env.scheduler, job.ends_at)
     if stop is not None:
         at, margin = stop
-        limits.append((Deadline.after(at - time.time()), "walltime_near", {"ends_at": me.ends_at, "margin": margin,
-                                                                           "cause": "walltime"}))
-        me.log.event("walltime_watched", ends_at=me.ends_at, margin=margin, seconds=round(at - time.time(), 1))
+        limits.append(Limit(Deadline.after(at - time.time()), "walltime_near",
+                            {"ends_at": job.ends_at, "margin": margin, "cause": "walltime"}))
+        me.log.event("walltime_watched", ends_at=job.ends_at, margin=margin, seconds=round(at - time.time(), 1))
     return limits
 
 

@@ -9,20 +9,35 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
+from mpiray import errors
+from mpiray.errors import ConfigError, LaunchError
+from mpiray.host.network import NodePorts
+from mpiray.host.preflight import Finding
+from mpiray.host.resources import Share
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
 
 # Message tags (see head.py for who sends which, when).
 SESSION = 1  # rank 0 -> all: where the head is, the job id, the token
-HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ..."
+HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ...", what it runs (a Hello)
 REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
-LOCAL = 6  # within one host: resource and port split
+LOCAL = 6  # within one host: each rank's view of it (host.resources.HostView), then its HostPlan or PlanRefused
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
+
+
+class Message(NamedTuple):
+    """A message as a rank receives it (Comm.poll): who sent it, its tag (above), and what it carries (the
+    payload named with each tag: a Session, a Report, an exit code, ...)."""
+
+    source: int  # the sender's rank in the communicator it came over
+    tag: int
+    payload: Any
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,34 @@ class Session:
     def ports_job_id(self) -> str:
         """What picks this job's port blocks (two jobs on one host must differ)."""
         return self.own_job_id or self.job_id
+
+
+class Hello(NamedTuple):
+    """HELLO, each worker to rank 0 before any `ray start` goes (preflight.py): where it is and logs, what it
+    runs, and what the pre-flight found on its host (by the host's first rank; the others find nothing)."""
+
+    host: str
+    log: str
+    versions: dict[str, str]  # name -> version, in preflight.ORDER
+    findings: list[Finding]
+
+
+class HostPlan(NamedTuple):
+    """LOCAL, from the host's first rank to each of its ranks (hostsplit.py): this rank's share of the host and its
+    Ray node's ports; neither for a rank that idles (one Ray node per host). A host's first rank always has both."""
+
+    share: Share | None
+    ports: NodePorts | None
+
+
+class PlanRefused(NamedTuple):
+    """LOCAL, instead of a plan: why this host's ranks cannot have their nodes; each of its ranks fails with it."""
+
+    message: str
+    cause: str = ""  # the failure's (errors.LaunchError.cause); "" for a ConfigError
+
+    def error(self) -> LaunchError:
+        return errors.by_cause(self.cause)(self.message) if self.cause else ConfigError(self.message)
 
 
 @dataclass(frozen=True)

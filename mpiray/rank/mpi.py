@@ -15,6 +15,7 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from mpiray.deadline import Deadline, poll_until
+from mpiray.rank.messages import Message
 
 
 class Comm:
@@ -45,19 +46,19 @@ class Comm:
             if dest != self.rank:
                 self.send(obj, dest, tag)
 
-    def poll(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> tuple[int, int, Any] | None:
-        """One message if one is waiting: (source, tag, obj); else None. Never blocks."""
+    def poll(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Message | None:
+        """One message if one is waiting; else None. Never blocks."""
         status = MPI.Status()
         if not self.comm.iprobe(source=source, tag=tag, status=status):
             return None
         obj = self.comm.recv(source=status.Get_source(), tag=status.Get_tag())
         self.received += 1
-        return status.Get_source(), status.Get_tag(), obj
+        return Message(status.Get_source(), status.Get_tag(), obj)
 
     def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = lambda: None) -> Any | None:
         """The next message from source with tag, or None at the deadline."""
         message = poll_until(lambda: self.poll(source, tag), deadline, self.poll_interval, between_polls)
-        return None if message is None else message[2]
+        return None if message is None else message.payload
 
     def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
                      between_polls: Callable[[], None] = lambda: None) -> dict[int, Any]:
@@ -72,8 +73,8 @@ class Comm:
 
         def take_all() -> bool:
             while (message := self.poll(tag=tag)) is not None:
-                if message[0] in wanted:
-                    got[message[0]] = message[2]
+                if message.source in wanted:
+                    got[message.source] = message.payload
             return wanted <= got.keys()
 
         poll_until(take_all, deadline, self.poll_interval, between_polls)

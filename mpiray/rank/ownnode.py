@@ -14,6 +14,7 @@ from mpiray import package
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import NodeStartFailed, StartupTimeout
 from mpiray.host import network, processes
+from mpiray.host.resources import Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
@@ -33,7 +34,8 @@ def log_context(me: Rank, job_id: str = "") -> None:
                  mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
 
-def start_node(me: Rank, share, ports: network.NodePorts, head: bool, autoscaling_config: str = "") -> commands.NodeSpec:
+def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
+               autoscaling_config: str = "") -> commands.NodeSpec:
     """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so.
 
     autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict
 
 from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, VersionSkew
 from mpiray.host import network, preflight
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
-from mpiray.rank.messages import HELLO
+from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import STARTUP_POLL, Rank
 from mpiray.raynode import commands, raycompat, spill
 
@@ -97,12 +96,11 @@ def make_spill_dir(me: Rank) -> list[Finding]:
     return []
 
 
-def hello(me: Rank) -> dict:
+def hello(me: Rank) -> Hello:
     """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found."""
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
-    return {"host": me.host, "log": str(me.log.path), "versions": versions(me),
-            "findings": [asdict(f) for f in host_findings(me, shared)]}
+    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared))
 
 
 def make_marker(me: Rank) -> str:
@@ -121,10 +119,10 @@ def remove_marker(me: Rank) -> None:
         (me.current_session.job_dir(me.config.log_dir) / marker).unlink(missing_ok=True)
 
 
-def gather(me: Rank) -> dict[int, dict]:
+def gather(me: Rank) -> dict[int, Hello]:
     """rank 0: every worker's HELLO (rank -> payload), before its own `ray start` goes; fewer where some did not
     come within --startup-timeout (the caller names them)."""
-    hellos: dict[int, dict] = {}
+    hellos: dict[int, Hello] = {}
     deadline = Deadline.since(me.started, me.config.startup_timeout)
     while len(hellos) < me.comm.size - 1:
         message = me.comm.poll(tag=HELLO)
@@ -134,30 +132,28 @@ def gather(me: Rank) -> dict[int, dict]:
             me.check()
             time.sleep(STARTUP_POLL)
             continue
-        source, _, payload = message
-        hellos[source] = payload
-        me.log.event("worker_waiting", peer=source, peer_host=payload["host"], log=payload["log"])
+        hellos[message.source] = hello = message.payload
+        me.log.event("worker_waiting", peer=message.source, peer_host=hello.host, log=hello.log)
     remove_marker(me)  # every host has looked
     return hellos
 
 
-def judge(me: Rank, hellos: dict[int, dict]) -> None:
+def judge(me: Rank, hellos: dict[int, Hello]) -> None:
     """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal."""
-    own = {"host": me.host, "versions": versions(me), "findings": [asdict(f) for f in host_findings(me, True)]}
+    own = Hello(me.host, str(me.log.path), versions(me), host_findings(me, True))
     every = {0: own, **hellos}
     groups: dict[tuple, list[int]] = {}
-    for rank, payload in sorted(every.items()):
-        groups.setdefault(tuple(sorted(payload["versions"].items())), []).append(rank)
+    for rank, hello in sorted(every.items()):
+        groups.setdefault(tuple(sorted(hello.versions.items())), []).append(rank)
     rows, lines = [], []
     for ranks in sorted(groups.values(), key=len, reverse=True):
-        hosts = sorted({every[r]["host"] for r in ranks})
-        found = every[ranks[0]]["versions"]  # in ORDER
+        hosts = sorted({every[r].host for r in ranks})
+        found = every[ranks[0]].versions  # in ORDER
         rows.append({"hosts": hosts, "ranks": ranks, "versions": found})
         lines.append(f"{_where(hosts, ranks)}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     me.log.event("preflight", groups=rows, summary=" / ".join(lines))
-    findings = [(every[rank]["host"], Finding(**f)) for rank, payload in sorted(every.items())
-                for f in payload["findings"]]
+    findings = [(hello.host, f) for _, hello in sorted(every.items()) for f in hello.findings]
     for host, finding in findings:
         if finding.level in (WARN, FIXED):
             me.log.event("preflight_warning" if finding.level == WARN else "preflight_fixed", check=finding.check,

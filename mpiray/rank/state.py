@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -14,7 +14,8 @@ from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
-from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
+from mpiray.rank.batchjob import BatchJob
+from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.node import RayNode
@@ -41,7 +42,7 @@ class Comm(Protocol):
 
     def progress(self) -> None: ...
 
-    def poll(self, source: int = ..., tag: int = ...) -> tuple[int, int, Any] | None: ...
+    def poll(self, source: int = ..., tag: int = ...) -> Message | None: ...
 
     def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = ...) -> Any: ...
 
@@ -65,6 +66,14 @@ class Comm(Protocol):
     def exit_now(self, code: int) -> None: ...
 
 
+class Lost(NamedTuple):
+    """The cluster's heart stopped (RankZeroRole.lost): the event that says how, its fields, the job's exit code."""
+
+    event: str
+    fields: dict[str, Any]
+    code: int
+
+
 @dataclass
 class Rank:
     """What every rank has, whatever its role, handed down the protocol and teardown.
@@ -85,9 +94,8 @@ class Rank:
     node: RayNode | None = None  # this rank's Ray node, once prepared (none in a dry run, or on an idle rank)
     port_block: PortBlock | None = None  # the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
-    hosts: int | None = None  # how many hosts the job's ranks are on, where something needs it (life.setup)
-    ends_at: float | None = None  # rank 0: when the batch job's walltime ends, once the cluster is up (batchjob.py)
-    restart: str | None = None  # rank 0: "restart 1 (SLURM_RESTART_COUNT)" where the batch system started it again
+    hosts: int | None = None  # how many hosts the job's ranks are on (every rank counts them, in life.setup), where
+    # the autoscaler needs it (--ray-node-per host); None where some rank did not count within --startup-timeout
 
     @property
     def rank(self) -> int:
@@ -117,7 +125,7 @@ class Rank:
         if self.rank != 0:
             message = self.comm.poll(0, CONTROL)
             if message is not None:
-                raise Shutdown(f"rank 0 ended the job with exit code {message[2]}", message[2])
+                raise Shutdown(f"rank 0 ended the job with exit code {message.payload}", message.payload)
 
     def report(self, node: NodeInfo | None = None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:
         """This rank's report to rank 0: its node (raynode.gcs.NodeInfo), or its failure."""
@@ -168,11 +176,13 @@ class Role(Protocol):
 class RankZeroRole(Role, Protocol):
     """Rank 0's part (head.Head, joiner.Joiner), as life.drive and life.watch use it."""
 
+    batch_job: BatchJob  # what it learned of the batch job once the cluster was up (nothing in a dry run)
+
     def lead(self) -> Cluster:
         """Bring the cluster up: this rank's node, then every worker's report."""
 
     def tick(self) -> None:
         """While the leader runs: keep what needs keeping (the registry's heartbeat)."""
 
-    def lost(self) -> tuple[str, dict, int] | None:
-        """The cluster's heart stopped: (event, fields, exit code), or None."""
+    def lost(self) -> Lost | None:
+        """The cluster's heart stopped: how, or None while it beats."""

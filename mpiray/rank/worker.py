@@ -36,12 +36,12 @@ class Worker:
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         log_context(me)
         me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
-        share, ports = split_host(me, session.ports_job_id)
-        if share is None:
+        plan = split_host(me, session.ports_job_id)
+        if plan.share is None or plan.ports is None:  # one Ray node per host, not this rank's
             me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)
             return
-        spec = start_node(me, share, ports, head=False)
+        spec = start_node(me, plan.share, plan.ports, head=False)
         me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
         wait_for_head(me)
         if me.config.dry_run:
@@ -66,8 +66,8 @@ class Worker:
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:
-                me.log.event("job_ended", code=message[2])
-                return message[2]
+                me.log.event("job_ended", code=message.payload)
+                return message.payload
             if me.node is not None and me.ray_node.exited() and not reported_death:
                 reported_death = True
                 fields = {"code": me.ray_node.exit_code(), "output": str(me.ray_node.output_path)}

@@ -26,7 +26,7 @@ from mpiray.logs.events import RankLog, read_events
 from mpiray.logs.report.classify import classify
 from mpiray.logs.report.jobdir import read_job
 from mpiray.logs.report.parse import rank_facts
-from mpiray.rank.batchjob import read_batch_job, walltime_stop
+from mpiray.rank.batchjob import BatchJob, read_batch_job, walltime_stop
 
 import pbs_records as recorded
 from helpers import ROOT
@@ -118,11 +118,15 @@ def test_two_jobs_at_once_had_the_same_three_hosts():
 
 
 def rank_zero(tmp_path: Path, job_id: str, grace: float = 20) -> SimpleNamespace:
-    """What read_batch_job uses of a rank: its environment (a PBS job's), its log (open in a job dir)."""
+    """What read_batch_job is given on rank 0: its environment (a PBS job's), its log (open in a job dir), the
+    driver's --stop-grace."""
     log = RankLog(0, recorded.MOMS[0])
     log.open(tmp_path / "logs" / job_id.split(".")[0])
-    return SimpleNamespace(env=environment.detect({"PBS_JOBID": job_id, "NCPUS": "2"}), log=log, ends_at=None,
-                           restart=None, config=Config(stop_grace=grace))
+    return SimpleNamespace(env=environment.detect({"PBS_JOBID": job_id, "NCPUS": "2"}), log=log, grace=grace)
+
+
+def read(me: SimpleNamespace, rank_hosts: dict[int, str] | None = None) -> BatchJob:
+    return read_batch_job(me.env, me.log, me.grace, rank_hosts)
 
 
 def events(me: SimpleNamespace) -> list[dict]:
@@ -133,10 +137,10 @@ def events(me: SimpleNamespace) -> list[dict]:
 def test_rank_0_reads_its_jobs_hosts_cpus_and_walltime_from_one_qstat(tmp_path, replayed):
     replayed.reply("qstat", recorded.qstat_json({recorded.RUNNING_ID: recorded.RUNNING}, server="pbs-server"))
     me = rank_zero(tmp_path, recorded.RUNNING_ID)
-    read_batch_job(me, dict(enumerate(recorded.MOMS)))
+    job = read(me, dict(enumerate(recorded.MOMS)))
     assert replayed.argvs() == [["qstat", "-f", "-F", "json", "-x", recorded.RUNNING_ID], ["qstat", "-Qf", "workq"]]
     started = pbs.stamp(recorded.RUNNING["stime"])
-    assert (me.ends_at, me.restart) == (started + 300, None)
+    assert job == BatchJob(ends_at=started + 300, restart=None)
     (batch_job,) = [r["fields"] for r in events(me) if r["event"] == "batch_job"]
     assert batch_job == {"scheduler": "pbs", "job_id": recorded.RUNNING_ID, "select": "3:ncpus=2",
                          "cpus": MOM_CPUS[2], "hosts": list(recorded.MOMS), "walltime": 300.0, "started": started,
@@ -149,15 +153,13 @@ def test_a_rerun_job_tells_the_driver_its_run_count(tmp_path, replayed):
     second_run = {**{k: v for k, v in recorded.RERUN.items() if k != "Exit_status"}, "job_state": "R", "substate": 42}
     replayed.reply("qstat", recorded.qstat_json({recorded.RERUN_ID: second_run}))
     me = rank_zero(tmp_path, recorded.RERUN_ID)
-    read_batch_job(me)
-    assert me.restart == "run 2 (PBS run_count)"
+    assert read(me).restart == "run 2 (PBS run_count)"
 
 
 def test_a_qstat_that_knows_no_such_job_leaves_the_job_without_facts(tmp_path, replayed):
     replayed.reply("qstat", stderr=recorded.QSTAT_UNKNOWN_STDERR, code=recorded.QSTAT_UNKNOWN_CODE)
     me = rank_zero(tmp_path, recorded.UNKNOWN_JOB)
-    read_batch_job(me)
-    assert me.ends_at is None
+    assert read(me).ends_at is None
     (unknown,) = [r["fields"] for r in events(me) if r["event"] == "batch_job_unknown"]
     assert unknown["job_id"] == recorded.UNKNOWN_JOB and "Unknown Job Id" in unknown["problem"]
 
@@ -166,7 +168,7 @@ def test_a_select_without_ncpus_and_ranks_outside_the_job_are_the_causes_of_its_
     replayed.reply("qstat", recorded.qstat_json({recorded.SELECT_WITHOUT_NCPUS_ID: recorded.SELECT_WITHOUT_NCPUS}))
     me = rank_zero(tmp_path, recorded.SELECT_WITHOUT_NCPUS_ID)
     # rank 2 on a host that is not the job's: an mpiexec that reached it by ssh (the testbed cannot start one)
-    read_batch_job(me, {0: "mpiray-pbs1", 1: "mpiray-pbs2", 2: "login1.example.org"})
+    read(me, {0: "mpiray-pbs1", 1: "mpiray-pbs2", 2: "login1.example.org"})
     records = events(me)
     warned = {r["event"]: r["fields"] for r in records if r["level"] == "warning"}
     assert warned["select_without_ncpus"]["select"] == "3"
@@ -180,11 +182,11 @@ def test_the_walltime_read_from_qstat_is_where_rank_0_stops_the_driver_and_mpira
     # As on the testbed (311cc4f): MPIRAY_STOP_GRACE=20, so the driver's SIGTERM came 20 + 30 s before the end.
     replayed.reply("qstat", recorded.qstat_json({recorded.RUNNING_ID: recorded.RUNNING}, server="pbs-server"))
     me = rank_zero(tmp_path, recorded.RUNNING_ID)
-    read_batch_job(me)
-    at, margin = walltime_stop(Config(stop_grace=20), me.env.scheduler, me.ends_at)
-    assert (me.ends_at - at, margin) == (50.0, 50.0)
+    job = read(me)
+    at, margin = walltime_stop(Config(stop_grace=20), me.env.scheduler, job.ends_at)
+    assert (job.ends_at - at, margin) == (50.0, 50.0)
     # What rank 0 then logs (rank.life.watch), and the exit code every rank gives: mpiray logs names the cause.
-    me.log.event("walltime_near", ends_at=me.ends_at, margin=margin, cause="walltime", grace=20)
+    me.log.event("walltime_near", ends_at=job.ends_at, margin=margin, cause="walltime", grace=20)
     me.log.event("exit", code=124)
     me.log.close()
     report = read_job(me.log.events_path.parent)
@@ -315,10 +317,10 @@ def test_a_grace_that_a_qdel_would_cut_short_is_said_at_the_start(tmp_path, repl
     """One rule: the walltime stop gives the driver all of --stop-grace; a qdel gives it the queue's kill_delay."""
     replayed.reply("qstat", recorded.qstat_json({recorded.RUNNING_ID: recorded.RUNNING}, server="pbs-server"))
     me = rank_zero(tmp_path, recorded.RUNNING_ID, grace=grace)
-    read_batch_job(me)
+    job = read(me)
     cut = [r["fields"] for r in events(me) if r["event"] == "qdel_cuts_grace"]
     assert cut == ([{"queue": "workq", "kill_delay": 30.0, "grace": grace}] if warned else [])
-    at, margin = walltime_stop(Config(stop_grace=grace), "pbs", me.ends_at)
+    at, margin = walltime_stop(Config(stop_grace=grace), "pbs", job.ends_at)
     assert margin == grace + 30  # the walltime stop: the whole grace, then Ray's stop and the logs
 
 

@@ -3,14 +3,16 @@ entries found and removed. (A real second user's attack on it: tests/test_shared
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
 
 import pytest
 
-from mpiray.elastic.registry import STALE_AFTER_S, Entry, NoSuchCluster, Registry
+from mpiray.elastic.registry import STALE_AFTER_S, Entry, NoSuchCluster, Registry, publish
 from mpiray.errors import ConfigError
+from mpiray.logs.events import RankLog, read_events
 
 
 def entry(job_id: str = "1234", **changes) -> Entry:
@@ -71,3 +73,34 @@ def test_joined_jobs_are_kept_beside_their_cluster_and_go_with_it(tmp_path):
     registry.add_join("1234", {"job_id": "78", "nodes": 1, "cpus": 2, "gpus": 0, "heartbeat": time.time()})
     registry.remove("1234")
     assert not list(registry.root.iterdir())
+
+
+# The JSON keys other jobs (--join), `mpiray attach` and `mpiray list` read: a change breaks their reading.
+ENTRY_KEYS = {"job_id", "gcs_address", "head_ip", "host", "pid", "uid", "ray", "python", "log_dir", "started",
+              "heartbeat", "ends_at", "scheduler", "nodes", "cpus", "gpus", "autoscale", "dashboard_port", "client_port"}
+
+
+def test_a_running_cluster_is_published_beats_and_is_withdrawn_and_says_so(tmp_path):
+    log = RankLog(0, "n1")
+    log.open(tmp_path / "logs")
+    registry = Registry(tmp_path / "clusters")
+    published = publish(registry, entry(heartbeat=0.0), "s3cret", log)
+    assert published is not None and registry.token("1234") == "s3cret"
+    assert set(json.loads(registry.entry_path("1234").read_text())) == ENTRY_KEYS
+    published.beat()
+    assert time.time() - registry.read("1234").heartbeat < 5
+    published.withdraw()
+    assert registry.running() == []
+    log.close()
+    assert [(r["event"], r["fields"]["job_id"]) for r in read_events(log.events_path) if r["event"] == "published"] \
+        == [("published", "1234")]
+
+
+def test_a_registry_that_cannot_be_written_costs_only_the_entry(tmp_path):
+    log = RankLog(0, "n1")
+    log.open(tmp_path / "logs")
+    (tmp_path / "a-file").write_text("")
+    assert publish(Registry(tmp_path / "a-file" / "clusters"), entry(), None, log) is None
+    log.close()
+    (failed,) = [r["fields"] for r in read_events(log.events_path) if r["event"] == "registry_failed"]
+    assert failed["root"] == str(tmp_path / "a-file" / "clusters")

@@ -10,14 +10,18 @@ import socket
 import threading
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from mpiray.config import Config
 from mpiray.leaders.command import CommandLeader
-from mpiray.logs.events import read_events
+from mpiray.logs.events import RankLog, read_events
 from mpiray.rank import life as rank_life
+from mpiray.rank.batchjob import WALLTIME_TEARDOWN, BatchJob
+from mpiray.rank.head import Head
 from mpiray.rank.signals import StopRequest
+from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, Lost
 
 from memory_comm import World
 
@@ -152,6 +156,28 @@ def test_the_time_limit_stops_the_leader_with_124(tmp_path, config):
     assert job.wait() == {0: 124, 1: 124}
     assert leader.stopped == (config.stop_grace, 124)
     assert job.events(0, "time_limit")[0]["fields"]["cause"] == "time_limit"
+
+
+def test_a_lost_head_stops_the_leader_and_its_code_is_every_ranks(tmp_path, config, monkeypatch):
+    leader = ScriptedLeader(0, FOREVER)
+    lost = Lost("head_lost", {"code": -9, "output": "ray-out.log", "cause": "head_lost"}, HEAD_LOST_EXIT)
+    monkeypatch.setattr(Head, "lost", lambda self: lost if leader.running.is_set() else None)  # no node in a dry run
+    job = Job(tmp_path, 2, leader, config)
+    assert job.wait() == {0: HEAD_LOST_EXIT, 1: HEAD_LOST_EXIT}
+    assert leader.stopped == (min(config.stop_grace, RAY_STOP_GRACE), HEAD_LOST_EXIT)
+    assert job.events(0, "head_lost")[0]["fields"] == lost.fields
+
+
+def test_the_walltime_rank_0_read_of_its_batch_job_is_a_limit_that_says_why():
+    me = SimpleNamespace(config=Config(stop_grace=20, time_limit=60), env=SimpleNamespace(scheduler="pbs"),
+                         log=RankLog(0, "n1"))
+    ends_at = time.time() + 3600
+    limits = rank_life.time_limits(me, BatchJob(ends_at=ends_at))
+    assert [(limit.event, limit.fields["cause"]) for limit in limits] == [("time_limit", "time_limit"),
+                                                                         ("walltime_near", "walltime")]
+    assert limits[1].fields == {"ends_at": ends_at, "margin": 20 + WALLTIME_TEARDOWN, "cause": "walltime"}
+    assert not any(limit.deadline.expired() for limit in limits)
+    assert rank_life.time_limits(me, BatchJob())[1:] == []  # no end known (a dry run, or no scheduler): no stop
 
 
 def test_a_window_of_one_lets_one_worker_join_at_a_time(tmp_path, config):
