@@ -247,13 +247,7 @@ def str_tuple(text: str) -> tuple[str, ...]:
 
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number of at least 0."""
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from error
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _int(text, 0, "0 or more")
 
 
 def positive_float(text: str) -> float:
@@ -284,12 +278,16 @@ def _float(text: str) -> float:
 
 def positive_int(text: str) -> int:
     """argparse type: an int of at least 1."""
+    return _int(text, 1, "at least 1")
+
+
+def _int(text: str, minimum: int, wanted: str) -> int:
     try:
         value = int(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
     return value
 
 
