@@ -23,6 +23,7 @@ from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.console import first_task, quiet_exit_delay, say
 from mpiray.errors import ConfigError, TrainerMissing
 from mpiray.leaders.command import CommandLeader
+from mpiray.leaders.dryrun import DryRunLeader
 from mpiray.options import parse_args
 from mpiray.rank import life, preflight
 from mpiray.rank.state import Leader
@@ -37,18 +38,25 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
     try:
         config = parse_args(argv, prog=prog)
         preflight.check_ray_install(config.auth)
-        check_default_driver(config)
+        leader = leader_for(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
         quiet_exit_delay(os.environ)
         return error.exit_code
+    return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
+
+
+def leader_for(config: Config) -> Leader:
+    """Rank 0's leader step for this command line (every rank picks it; rank 0 runs it). The dry run's is
+    chosen here, and nowhere else for the leader (its Ray nodes': rank.life.setup)."""
+    if config.dry_run:
+        return DryRunLeader(config.driver)
     if config.join and not config.driver:
         from mpiray.leaders.stay import StayLeader  # a joining job's alone: off every other rank's start
 
-        leader: Leader = StayLeader()
-    else:
-        leader = CommandLeader(config.driver)
-    return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
+        return StayLeader()
+    check_default_driver(config)
+    return CommandLeader(config.driver)
 
 
 def entry(module: str) -> Callable[[Sequence[str]], int]:
@@ -108,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def check_default_driver(config: Config) -> None:
     """The default driver (the trainer) needs the `train` extra: say so before MPI starts, not as a
     bare ModuleNotFoundError from rank 0's driver after the whole cluster came up."""
-    if config.driver != DEFAULT_DRIVER or config.dry_run:
+    if config.driver != DEFAULT_DRIVER:
         return
     missing = [name for name in TRAINER_MODULES if importlib.util.find_spec(name) is None]
     ray = importlib.util.find_spec("ray")  # finds the package without importing it

@@ -11,6 +11,7 @@ from mpiray.batch.environment import safe_job_id
 from mpiray.cli import run
 from mpiray.config import DEFAULT_DRIVER
 from mpiray.errors import ConfigError
+from mpiray.leaders.dryrun import DryRunLeader
 from mpiray.options import OTHER_VARIABLES, build_parser, parse_args
 from mpiray.rank import preflight
 from mpiray.raynode import raycompat
@@ -280,7 +281,7 @@ def test_the_default_driver_without_the_trainers_packages_is_a_clear_error_befor
     with pytest.raises(ConfigError, match=r"needs gymnasium, not installed here: pip install '\.\[train\]' in the mpiray"):
         cli.check_default_driver(parse_args([], environ={}))
     cli.check_default_driver(parse_args(["--", "python", "mine.py"], environ={}))  # a driver of one's own: fine
-    cli.check_default_driver(parse_args(["--dry-run"], environ={}))  # no driver runs
+    assert isinstance(cli.leader_for(parse_args(["--dry-run"], environ={})), DryRunLeader)  # no driver runs: no check
 
 
 def test_a_joining_job_cannot_autoscale_the_cluster_it_joins():

@@ -35,9 +35,6 @@ class CommandLeader:
 
     def start(self, me: Rank, cluster: Cluster) -> None:
         self.me = me
-        if me.config.dry_run:  # the whole protocol, but no driver: it "ends" at once with 0
-            me.log.event("dry_run", command=" ".join(self.command))
-            return
         out_path = driver_log_path(cluster.log_dir)
         try:
             env = package.driver_env(cluster.driver_env(dict(os.environ)), self.command)
@@ -54,8 +51,7 @@ class CommandLeader:
         tee.pump(self.proc.stderr, sys.stderr.buffer)
 
     def poll(self, timeout: float) -> int | None:
-        if self.proc is None or self.me is None:  # a dry run
-            return 0
+        assert self.proc is not None and self.me is not None, "poll() before start()"
         try:
             returncode = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

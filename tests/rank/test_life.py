@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from mpiray.config import Config
-from mpiray.leaders.command import CommandLeader
+from mpiray.leaders.dryrun import DryRunLeader
 from mpiray.logs.events import RankLog, read_events
 from mpiray.rank import life as rank_life
 from mpiray.rank.batchjob import WALLTIME_TEARDOWN, BatchJob
@@ -84,7 +84,7 @@ class Job:
 
 
 def test_a_dry_run_brings_every_rank_through_the_whole_protocol(tmp_path, config):
-    job = Job(tmp_path, 4, CommandLeader(config.driver), config)
+    job = Job(tmp_path, 4, DryRunLeader(config.driver), config)
     assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
     names = [r["event"] for r in job.events(0)]
     assert names.index("session_sent") < names.index("head_alive") < names.index("cluster_ready") < names.index("dry_run")
