@@ -44,7 +44,7 @@ from mpiray.rank.messages import (
     resource_fields,
     versions,
 )
-from mpiray.rank.ownnode import log_context, planned_node, start_node, wait_until_alive
+from mpiray.rank.ownnode import log_context, start_node
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.raynode.commands import head_ports
@@ -85,8 +85,6 @@ class Head:
         finally:
             me.log.listeners.remove(live.on_event)
             live.close()
-        if not config.dry_run:
-            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
         nodes = tuple(r for r in reports if r.node_id)
         cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir),
                           str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
@@ -95,7 +93,8 @@ class Head:
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         session = me.current_session
         print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
-        if not config.dry_run:
+        if me.own_node.runs_ray:  # a planned cluster (--dry-run) has nothing to wait for, read or publish
+            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
             # After the start, off its critical path: a qstat under PBS.
             self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
             cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
@@ -127,23 +126,20 @@ class Head:
         me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)
 
         autoscaling = ""
-        if config.autoscale and not config.dry_run:
+        if config.autoscale and me.own_node.runs_ray:
             from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
 
             self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
                                        me.current_session.job_dir(config.log_dir), me.log)
             autoscaling = self.autoscale.write_config(share)
-        spec = start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
+        start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
         # then); a job that cannot work ends here, with nothing of Ray started anywhere.
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
-        if config.dry_run:
-            return planned_node(me, spec)
-        me.ray_node.release()
-        head = wait_until_alive(me)
+        head = me.own_node.up(me, joins=False)
         if self.autoscale is not None:
             self.autoscale.own_nodes_are(head.node_id, [])
         return head

@@ -48,8 +48,7 @@ def _plan_for(me: Rank, views: list[resources.HostView], job_id: str, gcs_port: 
         return [PlanRefused(problem, "ports_per_host")] * len(views)
     units = resources.port_units(shares)
     try:
-        take = network.planned_block if config.dry_run else network.free_block
-        me.port_block = take(job_id, sum(units), reserved=gcs_port)
+        me.port_block = me.own_node.port_block(job_id, sum(units), reserved=gcs_port)
     except ConfigError as error:
         return [PlanRefused(str(error), error.cause)] * len(views)
     for note in me.port_block.notes:

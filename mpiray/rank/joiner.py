@@ -23,7 +23,7 @@ from mpiray.rank import preflight
 from mpiray.rank.head import Head, _missing
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
-from mpiray.rank.ownnode import join, log_context, start_node
+from mpiray.rank.ownnode import log_context, start_node
 from mpiray.rank.state import Lost, Rank
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 
@@ -66,8 +66,7 @@ class Joiner(Head):
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
         preflight.judge(me, self.hellos)
-        me.ray_node.release()
-        return join(me)
+        return me.own_node.up(me, joins=True)
 
     def publish(self, cluster: Cluster) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""

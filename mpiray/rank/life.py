@@ -29,9 +29,19 @@ from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
-from mpiray.rank.ownnode import describe_when_started
+from mpiray.rank.ownnode import PlannedNode, RealNode, describe_when_started
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT, Comm, Leader, Rank, RankZeroRole, Role
+from mpiray.rank.state import (
+    DRIVER_POLL,
+    RAY_STOP_GRACE,
+    TIME_LIMIT_EXIT,
+    Comm,
+    Leader,
+    OwnNode,
+    Rank,
+    RankZeroRole,
+    Role,
+)
 from mpiray.rank.worker import Worker
 
 
@@ -93,7 +103,9 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     log.rank = comm.rank
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
-    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host())
+    # The one place a dry run is chosen for the node (the leader's: cli.leader_for); all else is the same code.
+    own_node: OwnNode = PlannedNode() if config.dry_run else RealNode()
+    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host(), own_node)
     if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
         me.hosts = comm.count(host_comm.rank == 0, config.startup_timeout)
     # What a rank sees of its host does not depend on the session: send it before waiting for one.

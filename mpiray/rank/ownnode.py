@@ -3,17 +3,22 @@
 raynode/node.py is the node itself (private dir, token, guard, `ray start`, stop); this module is the glue
 between it and the rank: what the rank logs, how long it waits, when a failed join is tried again,
 and the node's manifest (node_manifest event) once its `ray start` is done starting.
+
+How the node comes up is a rank.state.OwnNode, picked once in life.setup: RealNode (a RayNode in Rank.node) or,
+with --dry-run, PlannedNode (its `ray start` line logged, reported as planned); the steps around it are the same.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from mpiray import package
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import NodeStartFailed, StartupTimeout
+from mpiray.errors import ConfigError, NodeStartFailed, StartupTimeout
 from mpiray.host import network, processes
+from mpiray.host.preflight import REFUSE, Finding
 from mpiray.host.resources import Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
@@ -34,37 +39,120 @@ def log_context(me: Rank, job_id: str = "") -> None:
                  mpi=me.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
 
-def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
-               autoscaling_config: str = "") -> commands.NodeSpec:
-    """Prepare this rank's Ray node and start its `ray start` (held until released); --dry-run: only say so.
+class RealNode:
+    """rank.state.OwnNode for real: a RayNode (raynode/node.py) in Rank.node, its `ray start` held until up()."""
 
-    autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""
-    config, session = me.config, me.current_session
-    if config.dry_run:
-        ray_dir = config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
-    else:
+    runs_ray = True
+
+    def port_block(self, job_id: str, units: int, reserved: int) -> network.PortBlock:
+        return network.free_block(job_id, units, reserved=reserved)
+
+    def make_spill_dir(self, me: Rank) -> list[Finding]:
+        """The job's spill dir on this host (raynode/spill.py), made by the host's first rank before any node of
+        the host can start (a node starts only once rank 0 judged the pre-flight); what keeps it from being made,
+        refused."""
+        try:
+            if me.config.spill_dir is not None:
+                spill.prepare(me.config.spill_dir)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
+            path = job_spill_dir(me)
+            me.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=spill.make(path))
+        except ConfigError as error:
+            return [Finding(REFUSE, error.cause or "dir_unwritable", str(error))]
+        return []
+
+    def prepare(self, me: Rank) -> Path:
+        config, session = me.config, me.current_session
         job_dir = session.job_dir(config.log_dir)
-        me.node = RayNode.prepare(
+        me.node = node = RayNode.prepare(
             config.temp_dir, f"r{me.rank}",
             output_path=ray_output_path(job_dir, me.rank, session.prefix),
             kept_logs=ray_session_logs_path(job_dir, me.rank, session.prefix),
             token=session.token,
         )
-        ray_dir = me.ray_node.ray_dir
-        if me.ray_node.swept:
-            me.log.event("stale_dirs_removed", count=len(me.ray_node.swept), paths=[str(p) for p in me.ray_node.swept])
+        if node.swept:
+            me.log.event("stale_dirs_removed", count=len(node.swept), paths=[str(p) for p in node.swept])
+        return node.ray_dir
+
+    def start(self, me: Rank, spec: commands.NodeSpec, argv: list[str], head: bool) -> None:
+        config, node = me.config, me.ray_node
+        node.spill_dir = job_spill_dir(me)
+        me.log.event("private_dir", path=str(node.private.path))
+        me.log.event("node_starting", role="head" if head else "worker", command=" ".join(argv), argv=argv)
+        me.log.event("node_output", output=str(node.output_path), kept_logs=str(node.kept_logs))
+        env = commands.node_env(
+            package.helper_env(dict(os.environ)), spec.share.gpu_ids, str(node.token_path) if node.token_path else None,
+            dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
+            private_tmp=str(node.private.path),
+        )
+        env.update(commands.collective_env(env, network.interface_holding(spec.node_ip), config.interface))
+        # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
+        # as --startup-timeout says instead.
+        env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
+        if spec.autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
+            env["AUTOSCALER_METRIC_PORT"] = str(commands.head_ports(spec).autoscaler_metrics)
+            # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
+            # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
+            env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
+        node.start(argv, env, spec.share.affinity, spec)
+        if head and config.dashboard:
+            me.log.event("dashboard", port=spec.ports.dashboard)
+
+    def up(self, me: Rank, joins: bool) -> NodeInfo:
+        me.ray_node.release()
+        return join(me) if joins else wait_until_alive(me)
+
+
+class PlannedNode:
+    """rank.state.OwnNode of --dry-run: the node this rank would start, logged (dry_run_node) and reported as
+    if the GCS showed it; nothing of Ray runs, nothing is made on the host, no port is checked or locked."""
+
+    runs_ray = False
+
+    def __init__(self) -> None:
+        self.spec: commands.NodeSpec | None = None  # what start() would have started
+
+    def port_block(self, job_id: str, units: int, reserved: int) -> network.PortBlock:
+        return network.planned_block(job_id, units, reserved=reserved)
+
+    def make_spill_dir(self, me: Rank) -> list[Finding]:
+        return []
+
+    def prepare(self, me: Rank) -> Path:
+        return me.config.temp_dir / f"mpiray-{os.getuid()}-r{me.rank}-XXXXXX" / "ray"  # as it would be named
+
+    def start(self, me: Rank, spec: commands.NodeSpec, argv: list[str], head: bool) -> None:
+        self.spec = spec
+        me.log.event("dry_run_node", role="head" if head else "worker", command=" ".join(argv), argv=argv)
+
+    def up(self, me: Rank, joins: bool) -> NodeInfo:
+        spec = self.spec
+        assert spec is not None, "up() before start()"
+        share = spec.share
+        return NodeInfo(f"dry-run-{me.rank}", spec.node_ip, spec.node_name, spec.temp_dir,
+                        {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
+
+
+def job_spill_dir(me: Rank) -> Path:
+    """The job's spill dir on this host: --spill-dir's, or in the temp dir (raynode/spill.py)."""
+    return spill.job_spill_dir(me.config.spill_dir or me.config.temp_dir, me.current_session.job_id)
+
+
+def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
+               autoscaling_config: str = "") -> commands.NodeSpec:
+    """Prepare this rank's Ray node and start its `ray start`, held until me.own_node.up() (or, planned, say
+    what would run).
+
+    autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""
+    config, session = me.config, me.current_session
+    ray_dir = me.own_node.prepare(me)
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
-    spill_dir = spill.job_spill_dir(config.spill_dir or config.temp_dir, session.job_id)
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
-                             spill_dir=str(spill.ray_spill_dir(spill_dir)))
-    if me.node is not None:
-        me.ray_node.spill_dir = spill_dir
+                             spill_dir=str(spill.ray_spill_dir(job_spill_dir(me))))
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
-    role = "head" if head else "worker"
     for note in share.notes:
         me.log.event("resource_note", note=note)
     me.log.event("resources_given", cpus=share.cpus, gpus=",".join(share.gpu_ids), memory_mib=share.memory >> 20,
@@ -72,37 +160,8 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     top_worker = commands.head_ports(spec).max_worker if head else ports.max_worker
     me.log.event("ports_planned", first=ports.node_manager - 1, last=ports.max_worker, gcs=ports.gcs if head else "-",
                  workers=top_worker - ports.min_worker + 1)
-    if config.dry_run:
-        me.log.event("dry_run_node", role=role, command=" ".join(argv), argv=argv)
-        return spec
-    me.log.event("private_dir", path=str(me.ray_node.private.path))
-    me.log.event("node_starting", role=role, command=" ".join(argv), argv=argv)
-    me.log.event("node_output", output=str(me.ray_node.output_path), kept_logs=str(me.ray_node.kept_logs))
-    env = commands.node_env(
-        package.helper_env(dict(os.environ)), share.gpu_ids, str(me.ray_node.token_path) if me.ray_node.token_path else None,
-        dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
-        private_tmp=str(me.ray_node.private.path),
-    )
-    env.update(commands.collective_env(env, network.interface_holding(node_ip), config.interface))
-    # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
-    # as --startup-timeout says instead.
-    env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
-    if autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
-        env["AUTOSCALER_METRIC_PORT"] = str(commands.head_ports(spec).autoscaler_metrics)
-        # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
-        # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
-        env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
-    me.ray_node.start(argv, env, share.affinity, spec)
-    if head and config.dashboard:
-        me.log.event("dashboard", port=ports.dashboard)
+    me.own_node.start(me, spec, argv, head)
     return spec
-
-
-def planned_node(me: Rank, spec: commands.NodeSpec) -> NodeInfo:
-    """--dry-run: the node this rank would have started, as if the GCS showed it."""
-    share = spec.share
-    return NodeInfo(f"dry-run-{me.rank}", spec.node_ip, spec.node_name, spec.temp_dir,
-                    {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
 
 
 def wait_for_head(me: Rank) -> None:

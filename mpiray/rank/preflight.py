@@ -20,7 +20,7 @@ from mpiray.host import network, preflight
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import STARTUP_POLL, Rank
-from mpiray.raynode import commands, raycompat, spill
+from mpiray.raynode import commands, raycompat
 
 MARKER_PREFIX = ".mpiray-shared-"  # rank 0's file in the job's log dir: a host that does not see it has another dir
 RAISED: list[Finding] = []  # what raise_limits did in this process, said by the host's first rank
@@ -66,7 +66,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     found = [*preflight.dir_findings(config.temp_dir, "temp", "--temp-dir (or TMPDIR)")]
     if config.spill_dir is not None:
         found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
-    found += make_spill_dir(me)
+    found += me.own_node.make_spill_dir(me)  # nothing made for a planned node (--dry-run)
     found += preflight.port_range_findings(*network.PORT_RANGE)
     found += preflight.neighbour_findings(me.comm.size)
     found += fixed
@@ -77,23 +77,6 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
                              f"host sees only the others", "give --log-dir a directory on a file system every node "
                              "mounts (an absolute path)"))
     return found
-
-
-def make_spill_dir(me: Rank) -> list[Finding]:
-    """The host's first rank: the job's spill dir on this host (raynode/spill.py), made before any node of the host
-    can start (a node starts only once rank 0 judged the pre-flight); what keeps it from being made, refused."""
-    config = me.config
-    if config.dry_run:
-        return []
-    root = config.spill_dir or config.temp_dir
-    try:
-        if config.spill_dir is not None:
-            spill.prepare(root)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
-        path = spill.job_spill_dir(root, me.current_session.job_id)
-        me.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=spill.make(path))
-    except ConfigError as error:
-        return [Finding(REFUSE, error.cause or "dir_unwritable", str(error))]
-    return []
 
 
 def hello(me: Rank) -> Hello:

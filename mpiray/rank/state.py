@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
@@ -19,6 +19,12 @@ from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, ver
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.node import RayNode
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mpiray.host.preflight import Finding
+    from mpiray.raynode.commands import NodeSpec
 
 DRIVER_POLL = 0.2  # seconds between checks while the leader runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
@@ -66,6 +72,29 @@ class Comm(Protocol):
     def exit_now(self, code: int) -> None: ...
 
 
+class OwnNode(Protocol):
+    """How this rank's own Ray node comes up, chosen once per rank (life.setup): for real (ownnode.RealNode: a
+    raynode.node.RayNode, held in Rank.node) or as planned (ownnode.PlannedNode, --dry-run: logged, reported as
+    if the GCS showed it, nothing of Ray run). The protocol around it is the same code for both."""
+
+    runs_ray: bool  # False: a planned node, so rank 0 has no cluster to publish, autoscale or wait for at the end
+
+    def port_block(self, job_id: str, units: int, reserved: int) -> PortBlock:
+        """The host's port block (its first rank's): free and locked, or planned (neither checked nor locked)."""
+
+    def make_spill_dir(self, me: Rank) -> list[Finding]:
+        """The host's first rank, in the pre-flight: the job's spill dir on this host made, or why it cannot be."""
+
+    def prepare(self, me: Rank) -> Path:
+        """Before its `ray start` line is built: the dir Ray gets."""
+
+    def start(self, me: Rank, spec: NodeSpec, argv: list[str], head: bool) -> None:
+        """Start its `ray start` (argv, made of spec), held until up(); or say what would run."""
+
+    def up(self, me: Rank, joins: bool) -> NodeInfo:
+        """Let it go and wait until it is ALIVE (joins: a worker's, whose failed join is tried again)."""
+
+
 class Lost(NamedTuple):
     """The cluster's heart stopped (RankZeroRole.lost): the event that says how, its fields, the job's exit code."""
 
@@ -89,6 +118,7 @@ class Rank:
     stop: StopRequest
     host: str
     view: resources.HostView  # what this rank sees of its host
+    own_node: OwnNode  # how this rank's Ray node comes up: for real, or as planned (--dry-run); chosen in life.setup
     started: float = field(default_factory=time.time)
     session: Session | None = None  # from rank 0
     node: RayNode | None = None  # this rank's Ray node, once prepared (none in a dry run, or on an idle rank)

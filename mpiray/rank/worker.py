@@ -10,7 +10,7 @@ from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
-from mpiray.rank.ownnode import describe_when_started, join, log_context, planned_node, start_node, wait_for_head
+from mpiray.rank.ownnode import describe_when_started, log_context, start_node, wait_for_head
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.rank.teardown import stop_node
 
@@ -44,11 +44,7 @@ class Worker:
         spec = start_node(me, plan.share, plan.ports, head=False)
         me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
         wait_for_head(me)
-        if me.config.dry_run:
-            node = planned_node(me, spec)
-        else:
-            me.ray_node.release()
-            node = join(me)
+        node = me.own_node.up(me, joins=True)
         me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
         if me.node is not None:
             me.log.event("node_pids", pids=me.ray_node.pids())
