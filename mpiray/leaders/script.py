@@ -193,7 +193,7 @@ class ScriptLeader:
     def start(self, me: Rank, cluster: Cluster) -> None:
         self.me, self.cluster = me, cluster
         self.handed_over.set()
-        if not poll_until(self.answered.is_set, Deadline.after(self.config.startup_timeout), 0.05, me.check):
+        if not poll_until(self.answered.is_set, Deadline.after(self.config.startup_timeout), 0.05, me.raise_if_stopped):
             raise LaunchError(f"the script did not connect to the cluster within {self.config.startup_timeout:g} s")
         if self.connect_error is not None:
             raise LaunchError(f"could not connect this script to the cluster: {self.connect_error!r}")

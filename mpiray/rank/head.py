@@ -203,7 +203,7 @@ class Head:
             if message is None:
                 if deadline.expired():
                     raise WorkersMissing(_missing(me, reports, hellos), me.config.startup_timeout)
-                me.check()
+                me.raise_if_stopped()
                 time.sleep(STARTUP_POLL)
                 continue
             source, tag, payload = message

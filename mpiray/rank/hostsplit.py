@@ -17,7 +17,7 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
     deadline = Deadline.after(me.config.startup_timeout)
     plan: HostPlan | PlanRefused | None
     if host_comm.rank == 0:
-        others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.check)
+        others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.raise_if_stopped)
         if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
         views = [me.view] + [others[r] for r in range(1, host_comm.size)]
@@ -26,7 +26,7 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
             host_comm.send(each, local, LOCAL)
         plan = plans[0]
     else:
-        plan = host_comm.receive(0, LOCAL, deadline, me.check)
+        plan = host_comm.receive(0, LOCAL, deadline, me.raise_if_stopped)
         if plan is None:
             raise StartupTimeout(f"the first rank on {me.host} did not send this host's plan")
     host_comm.flush(5)

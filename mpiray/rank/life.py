@@ -1,7 +1,7 @@
 """A rank's whole life, one function for every front end: run(config, leader).
 
     setup -> the protocol (rank 0 leads, the others follow) -> rank 0's leader step, watched ->
-    outcome -> teardown -> leave (abandon when a peer died; ignore stop signals in MPI_Finalize)
+    exit_code_of -> teardown -> leave (abandon when a peer died; ignore stop signals in MPI_Finalize)
 
 A front end supplies only the leader step (state.Leader, one of leaders/): the command line runs the
 driver command as a subprocess, the library hands the cluster to the calling script. Whatever the leader
@@ -29,7 +29,7 @@ from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
-from mpiray.rank.ownnode import PlannedNode, RealNode, describe_when_started
+from mpiray.rank.ownnode import PlannedNode, RealNode, log_manifest_once_started
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import (
     DRIVER_POLL,
@@ -74,11 +74,11 @@ def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: S
         else:
             zero = Head(me)
         role = zero
-        code = outcome(me, lambda: drive(me, zero, leader))
+        code = exit_code_of(me, lambda: drive(me, zero, leader))
     else:
         worker = Worker(me)
         role = worker
-        code = outcome(me, worker.serve)
+        code = exit_code_of(me, worker.serve)
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
     leave(me, code, process_ends)
     return code
@@ -139,7 +139,7 @@ def early_log(config: Config) -> RankLog:
     return log
 
 
-def outcome(me: Rank, step: Callable[[], int]) -> int:
+def exit_code_of(me: Rank, step: Callable[[], int]) -> int:
     """step()'s exit code, or the one its failure maps to (logged; a worker tells rank 0 too)."""
     comm = me.comm
     try:
@@ -186,7 +186,7 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
             return code
-        describe_when_started(me)
+        log_manifest_once_started(me)
         head.tick()
         if me.stop.signum is not None:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)

@@ -171,7 +171,7 @@ def wait_for_head(me: Rank) -> None:
     def between() -> None:
         if me.node is not None:
             me.ray_node.check_running()
-        me.check()
+        me.raise_if_stopped()
 
     if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.current_session.started, me.config.startup_timeout),
                   STARTUP_POLL, between) is None:
@@ -196,14 +196,14 @@ def join(me: Rank) -> NodeInfo:
 
 def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.current_session.started, me.config.startup_timeout)
-    node = me.ray_node.wait_alive(deadline, me.check, me.current_session.gcs_address, me.config.startup_timeout)
+    node = me.ray_node.wait_alive(deadline, me.raise_if_stopped, me.current_session.gcs_address, me.config.startup_timeout)
     me.ray_node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
     for key, note in me.ray_node.started_output.compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node
 
 
-def describe_when_started(me: Rank) -> bool:
+def log_manifest_once_started(me: Rank) -> bool:
     """Once this rank's `ray start` is done starting: its manifest, once. True when done starting."""
     node = me.node
     if node is None or not node.alive or not node.ray_started():

@@ -112,7 +112,7 @@ def gather(me: Rank) -> dict[int, Hello]:
         if message is None:
             if deadline.expired():
                 break
-            me.check()
+            me.raise_if_stopped()
             time.sleep(STARTUP_POLL)
             continue
         hellos[message.source] = hello = message.payload

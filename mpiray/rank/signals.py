@@ -29,7 +29,7 @@ class StopRequest:
         if self.signum is None:
             self.signum = signum
 
-    def check(self) -> None:
+    def raise_if_signalled(self) -> None:
         if self.signum is not None:
             raise Interrupted(self.signum)
 

@@ -145,9 +145,9 @@ class Rank:
             raise RuntimeError("this rank has no Ray node")
         return self.node
 
-    def check(self) -> None:
+    def raise_if_stopped(self) -> None:
         """Between polls: a stop signal, or rank 0's word to stop, ends the wait; rank 0's sends move on."""
-        self.stop.check()
+        self.stop.raise_if_signalled()
         # A network netmod (MPICH's ofi, UCX) moves a sent message only while its sender calls into MPI:
         # without this, the session reached the workers only once the head was up, and they could
         # not load `ray start` meanwhile (measured on the 3-host testbed: 2.3 s later).

@@ -10,7 +10,7 @@ from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
-from mpiray.rank.ownnode import describe_when_started, log_context, start_node, wait_for_head
+from mpiray.rank.ownnode import log_context, log_manifest_once_started, start_node, wait_for_head
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.rank.teardown import stop_node
 
@@ -29,7 +29,7 @@ class Worker:
     def follow(self) -> None:
         me = self.me
         me.log.event("waiting_for_session")
-        session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.check)
+        session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.raise_if_stopped)
         if session is None:
             raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
         me.session = session
@@ -58,7 +58,7 @@ class Worker:
         interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
         while True:
             me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
-            if not self.settled and describe_when_started(me):
+            if not self.settled and log_manifest_once_started(me):
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:

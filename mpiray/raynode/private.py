@@ -70,7 +70,7 @@ class PrivateDir:
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
                 raise TempDirFailed(f"the temp dir {path} is not a private directory of this user")
             private.ray_dir.mkdir(mode=0o700)
-            private._write(OWNER_FILE, f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
+            private._write(OWNER_FILE, f"{' '.join(pid_scope())} {os.getpid()} {start_time(os.getpid())}\n")
             return private
         raise TempDirFailed(f"cannot find a free name for a temp dir in {root}")
 
@@ -97,7 +97,7 @@ def socket_path_problem(root: Path, label: str = "r99999") -> str | None:
     return commands.socket_path_problem(str(root / f"mpiray-{os.getuid()}-{label}-xxxxxx/ray"), str(root))
 
 
-def where_we_are() -> tuple[str, str, str]:
+def pid_scope() -> tuple[str, str, str]:
     """(host, boot id, PID namespace): where a PID names the same process as here."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -124,7 +124,7 @@ def remove_stale(root: Path) -> list[Path]:
     gone, and whose guard (if it started) is gone too, are touched: a dir still being made (no owner
     file yet), one a guard is still tidying up, or one of a rank in another container is left."""
     removed = []
-    here, uid = list(where_we_are()), os.getuid()
+    here, uid = list(pid_scope()), os.getuid()
     for path in root.glob(f"mpiray-{uid}-*"):
         try:
             info = os.lstat(path)

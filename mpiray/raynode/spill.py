@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mpiray.errors import DirUnwritable
 from mpiray.host.guard import start_time
-from mpiray.raynode.private import OWNER_FILE, remove_stale, where_we_are
+from mpiray.raynode.private import OWNER_FILE, pid_scope, remove_stale
 
 RAY_SUBDIR = "ray"
 
@@ -60,7 +60,7 @@ def make(path: Path) -> bool:
     if made:
         fd = os.open(path / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(f"{' '.join(where_we_are())} {os.getpid()} {start_time(os.getpid())}\n")
+            out.write(f"{' '.join(pid_scope())} {os.getpid()} {start_time(os.getpid())}\n")
     ray_spill_dir(path).mkdir(mode=0o700, exist_ok=True)
     return made
 
