@@ -55,18 +55,28 @@ if TYPE_CHECKING:
     from mpiray.elastic.registry import Entry, Published
 
 
-class Head:
-    """Rank 0: start the head, share the session, hand out join slots, collect the workers' reports."""
+class RankZero:
+    """What rank 0 does whoever's cluster its job's nodes make: its own node up (start_own, the subclass's),
+    join slots handed out, every worker's report collected, the exit code sent. Head (a cluster of this job's
+    own) and joiner.Joiner (this job's nodes in another's cluster) supply the rest."""
+
+    own_alive_event = ""  # the event that says this rank's own node is ALIVE
 
     def __init__(self, me: Rank):
         self.me = me
-        self.node_ranks: set[int] = set()  # the workers that run a Ray node: the head must outlive their `ray start`
-        self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting
-        self.published: Published | None = None  # this cluster in the registry, for --join and attach
-        self.beat = 0.0  # time.monotonic() of the last heartbeat
-        self.autoscale: Autoscale | None = None  # with --autoscale
         self.hellos: dict[int, Hello] = {}  # each worker's HELLO (preflight.py)
         self.batch_job = BatchJob()  # its end and restart, read once the cluster is up (none in a dry run)
+        self.node_ranks: set[int] = set()  # the workers that run a Ray node
+        self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting (SETTLED)
+        self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
+
+    def start_own(self) -> NodeInfo:
+        """This rank's own node ALIVE, the session sent to every worker on the way."""
+        raise NotImplementedError
+
+    def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
+        """The cluster is up (not a planned one): say so where others look (the registry)."""
+        raise NotImplementedError
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -98,90 +108,17 @@ class Head:
             # After the start, off its critical path: a qstat under PBS.
             self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
             cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
-            self.publish(cluster)
-            if self.autoscale is not None:
-                self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in nodes if r.rank != 0])
+            self.cluster_up(cluster, own)
         return cluster
 
-    own_alive_event = "head_alive"
-
-    def start_own(self) -> NodeInfo:
-        """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
-        me, config = self.me, self.me.config
-        job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
-        me.log.open(config.log_dir / job_id)
-        log_context(me, job_id)
-        head_ip = network.head_address(config.interface)
-        if config.port and not network.port_is_free(config.port):
-            raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
-        plan = split_host(me, job_id, gcs_port=config.port)
-        share, ports = plan.share, plan.ports
-        assert share is not None and ports is not None  # a host's first rank always runs a node
-        token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
-        if not config.auth:
-            me.log.event("no_auth")
-        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
-        me.session = dataclasses.replace(me.session, marker=preflight.make_marker(me))
-        me.comm.send_to_others(me.session, SESSION)
-        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)
-
-        autoscaling = ""
-        if config.autoscale and me.own_node.runs_ray:
-            from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
-
-            self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
-                                       me.current_session.job_dir(config.log_dir), me.log)
-            autoscaling = self.autoscale.write_config(share)
-        start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
-        # The pre-flight: every rank's HELLO in before the head's `ray start` goes (its starter has loaded Ray by
-        # then); a job that cannot work ends here, with nothing of Ray started anywhere.
+    def gather_hellos(self) -> None:
+        """The pre-flight: every worker's HELLO, judged before this rank's `ray start` goes; a job that cannot
+        work ends here, with nothing of Ray started anywhere."""
+        me = self.me
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
+            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
         preflight.judge(me, self.hellos)
-        head = me.own_node.up(me, joins=False)
-        if self.autoscale is not None:
-            self.autoscale.own_nodes_are(head.node_id, [])
-        return head
-
-    def publish(self, cluster: Cluster) -> None:
-        """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it."""
-        from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
-
-        registry = Registry(self.me.config.registry)
-        self.published = publish(registry, self.entry(cluster), cluster.session.token, self.me.log)
-
-    def entry(self, cluster: Cluster) -> Entry:
-        """What the registry says of this cluster: how to reach it (GCS, dashboard, Ray Client), what it runs,
-        until when, and how big it is; no secret (the token lies beside it)."""
-        from mpiray.elastic.registry import Entry
-
-        me, session = self.me, cluster.session
-        spec = me.node.spec if me.node is not None else None
-        ours = versions(me.rank)
-        return Entry(
-            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
-            pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
-            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
-            ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
-            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
-            dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
-            client_port=head_ports(spec).ray_client if spec is not None else None,
-        )
-
-    def lost(self) -> Lost | None:
-        """The cluster's heart stopped, or None. The head's is its own node."""
-        node = self.me.node
-        if node is None or not node.exited():
-            return None
-        return Lost("head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"},
-                    HEAD_LOST_EXIT)
-
-    def tick(self) -> None:
-        """While the leader runs: the registry's heartbeat."""
-        if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
-            self.beat = time.monotonic()
-            self.published.beat()
 
     def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
@@ -224,10 +161,102 @@ class Head:
                 grant()
         return [reports[r] for r in sorted(reports)]
 
+    def announce(self, code: int) -> None:
+        """The job's exit code, to every rank (teardown.py)."""
+        self.me.comm.send_to_others(code, CONTROL)
+
+
+class Head(RankZero):
+    """Rank 0 of the job whose cluster it is: start the head, publish the cluster, keep the GCS up until the
+    workers' nodes are done (and, with --autoscale, Ray's autoscaler's worker jobs)."""
+
+    own_alive_event = "head_alive"
+
+    def __init__(self, me: Rank):
+        super().__init__(me)
+        self.published: Published | None = None  # this cluster in the registry, for --join and attach
+        self.autoscale: Autoscale | None = None  # with --autoscale
+
+    def start_own(self) -> NodeInfo:
+        """The head: its session sent first (the workers load `ray start` while it starts), then its node."""
+        me, config = self.me, self.me.config
+        job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
+        me.log.open(config.log_dir / job_id)
+        log_context(me, job_id)
+        head_ip = network.head_address(config.interface)
+        if config.port and not network.port_is_free(config.port):
+            raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
+        plan = split_host(me, job_id, gcs_port=config.port)
+        share, ports = plan.share, plan.ports
+        assert share is not None and ports is not None  # a host's first rank always runs a node
+        token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
+        if not config.auth:
+            me.log.event("no_auth")
+        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+        me.session = dataclasses.replace(me.session, marker=preflight.make_marker(me))
+        me.comm.send_to_others(me.session, SESSION)
+        me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)
+
+        autoscaling = ""
+        if config.autoscale and me.own_node.runs_ray:
+            from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
+
+            self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
+                                       me.current_session.job_dir(config.log_dir), me.log)
+            autoscaling = self.autoscale.write_config(share)
+        start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
+        self.gather_hellos()  # before the head's `ray start` goes (its starter has loaded Ray by then)
+        head = me.own_node.up(me, joins=False)
+        if self.autoscale is not None:
+            self.autoscale.own_nodes_are(head.node_id, [])
+        return head
+
+    def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
+        """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it; the
+        autoscaler told which nodes are the job's own."""
+        from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
+
+        registry = Registry(self.me.config.registry)
+        self.published = publish(registry, self.entry(cluster), cluster.session.token, self.me.log)
+        if self.autoscale is not None:
+            self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in cluster.nodes if r.rank != 0])
+
+    def entry(self, cluster: Cluster) -> Entry:
+        """What the registry says of this cluster: how to reach it (GCS, dashboard, Ray Client), what it runs,
+        until when, and how big it is; no secret (the token lies beside it)."""
+        from mpiray.elastic.registry import Entry
+
+        me, session = self.me, cluster.session
+        spec = me.node.spec if me.node is not None else None
+        ours = versions(me.rank)
+        return Entry(
+            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
+            pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
+            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
+            ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
+            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
+            dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
+            client_port=head_ports(spec).ray_client if spec is not None else None,
+        )
+
+    def lost(self) -> Lost | None:
+        """The cluster's heart stopped, or None. The head's is its own node."""
+        node = self.me.node
+        if node is None or not node.exited():
+            return None
+        return Lost("head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"},
+                    HEAD_LOST_EXIT)
+
+    def tick(self) -> None:
+        """While the leader runs: the registry's heartbeat."""
+        if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
+            self.beat = time.monotonic()
+            self.published.beat()
+
     # ---- teardown (teardown.py) ----------------------------------------------------------------
 
     def announce(self, code: int) -> None:
-        self.me.comm.send_to_others(code, CONTROL)
+        super().announce(code)
         if self.published is not None:  # gone from the registry first: nobody joins a cluster that is ending
             self.published.withdraw()
 

@@ -18,9 +18,9 @@ import time
 
 from mpiray.batch import environment
 from mpiray.elastic.registry import HEARTBEAT_S, Registry
-from mpiray.errors import NoSuchCluster, VersionSkew, WorkersMissing
+from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
-from mpiray.rank.head import Head, _missing
+from mpiray.rank.head import RankZero
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
 from mpiray.rank.ownnode import log_context, start_node
@@ -28,7 +28,7 @@ from mpiray.rank.state import Lost, Rank
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 
 
-class Joiner(Head):
+class Joiner(RankZero):
     """Rank 0 of a job that joins another's cluster: its own node is a worker there; it leads its own ranks."""
 
     own_alive_event = "node_alive"
@@ -62,13 +62,10 @@ class Joiner(Head):
         me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
                      workers=me.comm.size - 1)
         start_node(me, plan.share, plan.ports, head=False)
-        self.hellos = preflight.gather(me)  # as the head's job does: nothing of Ray goes before it passes
-        if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), config.startup_timeout)
-        preflight.judge(me, self.hellos)
+        self.gather_hellos()  # as the head's job does: nothing of Ray goes before it passes
         return me.own_node.up(me, joins=True)
 
-    def publish(self, cluster: Cluster) -> None:
+    def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
         provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
         self.joined = {"job_id": self.me.current_session.own_job_id, "host": self.me.host, "pid": os.getpid(),
@@ -105,3 +102,6 @@ class Joiner(Head):
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         pass  # the GCS is the cluster's, elsewhere: nobody waits for this job's workers
+
+    def after_stopping_node(self, head_stops_last: bool) -> None:
+        pass  # no autoscaler of its own
