@@ -17,9 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from train.run import EXPERIMENT_STATE_PERIOD_S
+
 from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, show_timings
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
+REQUEUE_BATCH = 2000  # env steps per iteration in the requeue test (the last --train-batch-size wins)
 
 
 def wait_for(path_or_glob, pattern: str, timeout: float, root: Path | None = None) -> str:
@@ -49,43 +52,48 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     env steps go on) and ends COMPLETED.
 
     Slurm SIGTERMs every process of the step, Ray's too, so the trainer's checkpoint on SIGTERM may
-    not get written; the periodic checkpoints (and Tune's experiment state, every 2 s) are what counts.
+    not get written; the periodic checkpoints, as far as Tune's experiment state names them (written every
+    EXPERIMENT_STATE_PERIOD_S), are what counts: the requeue comes once that state has had time to name
+    the second one. Iterations of 2,000 env steps: at 400, 4 iterations took 1.4 s, all before Tune's
+    state named any checkpoint, and the requeued run started over (1 run in 3).
     """
     bed = slurm_testbed
-    env = jobs.env(tmp_path, [*TRAIN, "--stop-iters", "8", "--checkpoint-frequency", "2"])
+    env = jobs.env(tmp_path, [*TRAIN, "--stop-iters", "12", "--checkpoint-frequency", "2", "--train-batch-size",
+                              str(REQUEUE_BATCH)])
     # Requeue and an output file that keeps the first run's lines: what jobs/slurm_multi_node.sh asks for.
     job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
     results = tmp_path / "results"
     wait_for("*/*/checkpoint_000001", "", JOB_TIMEOUT_S, root=results)  # the second checkpoint
     (experiment,) = results.iterdir()
+    time.sleep(2 * EXPERIMENT_STATE_PERIOD_S + 1)  # Tune's saved state names it (or a newer one)
     requeued = time.time()
     assert bed.run(["scontrol", "requeue", job_id], timeout=60).returncode == 0
     # Slurm makes a requeued job eligible 2 minutes later; the test does not wait for that.
     deadline = time.monotonic() + 60
-    while "PENDING" not in bed.run(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=60).stdout:
-        assert time.monotonic() < deadline, "the requeued job never became PENDING"
+    while "PENDING" not in (state := bed.run(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=60).stdout):
+        assert time.monotonic() < deadline, f"the requeued job never became PENDING (it is {state.strip()!r})"
         time.sleep(0.5)
     assert bed.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], timeout=60).returncode == 0
 
     result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
-    assert (result.state, result.exit_code) == ("COMPLETED", 0)
     output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()  # --output=%x-%j.out
-    assert output.count(f"job {job_id}: Ray on 3 nodes") == 2  # two runs, one output file
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), output[-3000:]
+    assert output.count(f"job {job_id}: Ray on 3 nodes") == 2, output[-3000:]  # two runs, one output file
     first_run, second_run = output.split(f"job {job_id}: Ray on 3 nodes")[1:]
     assert (f"[train] continuing {experiment} from its last checkpoint (job {job_id} started it; "
-            "this is its restart 1 (SLURM_RESTART_COUNT))") in second_run
+            "this is its restart 1 (SLURM_RESTART_COUNT))") in second_run, second_run[-3000:]
     done_before = max(int(n) for n in re.findall(r" iter (\d+) \|", first_run))
     first_iteration, first_steps = map(int, re.search(r" iter (\d+) \| (\d+) env steps", second_run).groups())
-    # The second run starts after the checkpoint it restored: the iteration count and the env-step
-    # counter go on (a fresh start would say iter 1 and 400 env steps).
-    # Restored from a checkpoint: a fresh start would be iteration 1. The newest one Tune's experiment
-    # state names (written every 2 s): the second (iteration 4), or the first (iteration 2) when the
-    # requeue came within 2 s of the second (1 CI run in 5).
-    assert 3 <= first_iteration <= done_before + 1
-    assert first_steps >= 400 * first_iteration
+    # The trainer says which checkpoint the trial continues from, and the second run starts right after it:
+    # the iteration count and the env-step counter go on (a fresh start would say iter 1).
+    restored = re.search(r"continues from checkpoint_\d+ \(iteration (\d+)\)", second_run)
+    assert restored, second_run[-3000:]
+    assert 4 <= int(restored[1]) <= done_before and first_iteration == int(restored[1]) + 1, \
+        f"first run to iteration {done_before}; then {second_run[-3000:]}"
+    assert first_steps >= REQUEUE_BATCH * first_iteration, second_run[-3000:]
     rows = progress_rows(experiment)
-    assert int(rows[-1]["training_iteration"]) == 8
-    assert {int(row["training_iteration"]) for row in rows} == set(range(1, 9))
+    iterations = [int(row["training_iteration"]) for row in rows]
+    assert iterations[-1] == 12 and set(iterations) == set(range(1, 13)), iterations
     # Timings: the work lost, and how long the second run took from its start to its first iteration.
     restarted = rank_logs(tmp_path / "logs" / job_id, 1)[0][0]["time"]  # the second run's first event
     first_new = next(row for row in rows[::-1] if int(row["training_iteration"]) == first_iteration)

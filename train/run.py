@@ -126,6 +126,22 @@ def _place_algorithm(algorithm_config, ray_cluster: cluster.ClusterInfo) -> bool
     return False
 
 
+def _say_where_trials_continue(tuner) -> None:
+    """Each trial's checkpoint to continue from: the newest that Tune's saved experiment state names. That
+    state is written every EXPERIMENT_STATE_PERIOD_S and at a clean stop, so a job killed within that time
+    of its newest checkpoint continues from the one before (or from the start, if it named none)."""
+    for result in tuner.get_results():
+        trial = Path(result.path).name
+        if result.checkpoint is None:
+            _say(f"trial {trial}: its saved state names no checkpoint: it starts from iteration 1")
+            continue
+        name = Path(result.checkpoint.path).name
+        iteration = next((metrics.get("training_iteration") for checkpoint, metrics in result.best_checkpoints
+                          if Path(checkpoint.path).name == name), None)
+        after = f" (iteration {iteration})" if iteration is not None else ""
+        _say(f"trial {trial}: continues from {name}{after}")
+
+
 def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path, resume: bool):
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
@@ -140,7 +156,9 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
         # Tune restores the trials' saved configs: the algorithm's placement (and env runners) as saved.
         _say("its saved config (env runners too) and stop criteria apply")
         _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
-        return tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+        tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+        _say_where_trials_continue(tuner)
+        return tuner
     _say(f"results: {experiment_dir}; stop at {config.stop_criteria(options, env)}")
     _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
     run_config = tune.RunConfig(
