@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,9 +91,10 @@ def by_hand(cpus: int, scratch: Path) -> dict:
 
 def with_mpiray(cpus: int, scratch: Path) -> dict:
     started = time.time()
+    env = {**os.environ, "MPIRAY_REGISTRY": str(scratch / "registry")}  # not the user's ~/.mpiray
     result = subprocess.run([PYTHON, str(ROOT / "start_ray.py"), "--num-cpus", str(cpus), "--log-dir",
                              str(scratch / "logs"), "--", *driver_argv(cpus)],
-                            cwd=scratch, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+                            cwd=scratch, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     row = parse(result.stdout, started)
     row["exit"] = result.returncode
     return row
@@ -137,6 +139,10 @@ def main() -> int:
     print(text)
     (args.out / "big_node_report.md").write_text(text)
     (args.out / "big_node_report.json").write_text(json.dumps(rows, indent=1))
+    if all(row["exit"] == 0 for found in rows.values() for row in found):
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        print(f"logs kept in {scratch}", file=sys.stderr)
     return 0
 
 

@@ -263,13 +263,20 @@ class Captured:
         return times[-1] if times else None
 
 
+_registry: list[Path] = []  # the cluster registry the measured jobs publish in: the scratch dir's, not ~/.mpiray
+
+
 def clean_env(local: bool = True) -> dict[str, str]:
-    """Our environment without launcher defaults, Ray addresses, tokens (and, locally, a scheduler)."""
+    """Our environment without launcher defaults, Ray addresses, tokens (and, locally, a scheduler), with
+    the benchmark's own cluster registry."""
     env = dict(os.environ)
     drop = ("MPIRAY_", "RAY_ADDRESS", "RAY_AUTH")
     if local:  # mpirun on this host only, even when this runs inside an allocation
         drop += ("SLURM_", "PBS_", "PMI_", "PMIX_", "OMPI_", "ALPS_", "PALS_", "COBALT_")
-    return {k: v for k, v in env.items() if not k.startswith(drop)}
+    env = {k: v for k, v in env.items() if not k.startswith(drop)}
+    if _registry:
+        env["MPIRAY_REGISTRY"] = str(_registry[0])
+    return env
 
 
 # ---- the launcher's logs --------------------------------------------------------------------------
@@ -990,6 +997,7 @@ def main(argv=None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     scratch = Path(tempfile.mkdtemp(prefix="mpiray-bench-"))
+    _registry.append(scratch / "registry")
     before = descendant_pids()
     report = None
     try:
