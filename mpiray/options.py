@@ -186,7 +186,9 @@ OPTIONS = (
            "counted as failed (the next submit backs off); by default it waits as long as Ray wants its node, "
            "since a production queue can take hours", values.positive_seconds, shown_default="none"),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
-           "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster",
+           "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster. "
+           "With `--join JOB`: that cluster is checked (registry, versions, its GCS answers) and this job's nodes "
+           "planned as its workers; nothing joins",
            switch=True, shown_default="off",
            not_a_keyword="init() connects the calling script to a real cluster; try the plan with mpiray run --dry-run"),
 )

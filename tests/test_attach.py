@@ -1,6 +1,7 @@
 """`mpiray attach` from a host that runs none of the cluster's raylets, as a login node: its driver connects
 through Ray Client with the cluster's token; on a host of the cluster, through the host's raylet. A
 separate PID namespace is such a host: Ray looks for a raylet in the process table, and finds none there.
+And a planned join of a running cluster (`--dry-run --join`), which checks it and changes nothing of it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mpiray.elastic.registry import Registry
+from mpiray.logs.report.jobdir import read_job
 from mpiray.raynode.raycompat import ray_version
 
 from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, launcher_argv, new_job_id
@@ -103,3 +105,24 @@ def test_attach_refuses_a_cluster_that_has_no_ray_client_from_a_host_without_a_r
     assert result.returncode == 2 and time.monotonic() - started < 30
     assert "serves no Ray Client" in result.stderr, result.stderr
     registry.remove("noclient")
+
+
+def test_a_dry_run_join_checks_the_running_cluster_and_changes_nothing_of_it(cluster, tmp_path, private_registry):
+    """What `--join JOB` would do, planned: the cluster is read from the registry and its GCS must answer; the
+    job's own nodes are only planned, no join is recorded, and the cluster's report counts no joined job."""
+    job_id, entry = cluster
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", "planned", "--dry-run",
+                             "--join", job_id])
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert Registry(private_registry).joins(job_id) == []  # `mpiray list` shows no join
+    joined = [json.loads(line) for path in sorted(Path(entry.log_dir).glob("join-planned-rank-*.jsonl"))
+              for line in path.read_text().splitlines()]
+    planned = [r["fields"] for r in joined if r["event"] == "dry_run_node"]
+    assert [p["role"] for p in planned] == ["worker", "worker"]  # both ranks' nodes: workers of that cluster
+    assert all(entry.gcs_address in p["command"] for p in planned)
+    report = read_job(Path(entry.log_dir))
+    assert report["joined_jobs"] == [] and report["planned_joins"] == ["planned"]
+    gone = subprocess.run(launcher_argv(1, ["--log-dir", str(tmp_path / "logs"), "--dry-run", "--join", "424242"]),
+                          cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert gone.returncode == 2 and "no running cluster '424242'" in gone.stderr, gone.stderr[-3000:]

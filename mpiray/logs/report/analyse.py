@@ -45,6 +45,10 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     peers = head.peers if head else {}
     t0 = min((f.first for f in facts.values() if f.first is not None), default=None)
     joins, autoscaler = joins or {}, autoscaler or []
+    # A --dry-run --join logs where the join would, but its nodes were only planned: no job joined.
+    planned = sorted(job for job, ranks in joins.items()
+                     if any(r["event"] == "dry_run_node" for _, records in ranks.values() for r in records))
+    joins = {job: ranks for job, ranks in joins.items() if job not in planned}
 
     def rel(time: float | None) -> float | None:
         return None if time is None or t0 is None else round(time - t0, 3)
@@ -102,6 +106,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         "learners": [record["fields"] for record in trainer if record["event"] == "learners_placed"],
         "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         "joined_jobs": elastic.joined_jobs(joins, rel),
+        "planned_joins": planned,
         "autoscaler": elastic.decisions(autoscaler, rel),
         "nodes_over_time": elastic.nodes_over_time(
             [records for _, records in logs.values()] + [records for job in joins.values() for _, records in job.values()],

@@ -132,6 +132,8 @@ def _elastic(report: dict, decisions_limit: int = 40) -> list[str]:
             out.append(f"  rank {r['rank']}  {r['host'] or '?'}  {r['ip'] or '-'}  {r['resources_text'] or '-'}  "
                        f"joined {_seconds(r['joined_s'])} s, left {_seconds(r['left_s'])} s"
                        + (f"  error: {_short(r['error'], 120)}" if r["error"] else ""))
+    if report.get("planned_joins"):
+        out += ["", f"planned joins (--dry-run --join: no node joined): {', '.join(report['planned_joins'])}"]
     decisions = report["autoscaler"]
     if decisions:
         out += ["", f"autoscaler ({len(decisions)} decisions):"]
