@@ -22,10 +22,11 @@ def main(argv: Sequence[str]) -> int:
     registry = Registry(args.registry)
     clusters = []
     for entry in registry.running():
-        joins = [j for j in registry.joins(entry.job_id) if time.time() - j.get("heartbeat", 0) < 60]
-        clusters.append({**vars(entry), "joins": joins, "total_nodes": entry.nodes + sum(j["nodes"] for j in joins),
-                         "total_cpus": entry.cpus + sum(j["cpus"] for j in joins),
-                         "total_gpus": entry.gpus + sum(j["gpus"] for j in joins)})
+        joins = [j for j in registry.joins(entry.job_id) if j.fresh()]
+        clusters.append({**vars(entry), "joins": [vars(j) for j in joins],
+                         "total_nodes": entry.nodes + sum(j.nodes for j in joins),
+                         "total_cpus": entry.cpus + sum(j.cpus for j in joins),
+                         "total_gpus": entry.gpus + sum(j.gpus for j in joins)})
     if args.json:
         print(json.dumps(clusters, indent=2))
         return 0

@@ -66,6 +66,28 @@ class Entry:
         return None
 
 
+@dataclass
+class Join:
+    """A job whose ranks joined a cluster (`--join`), written by its rank 0 beside the cluster's entry
+    (JOB_ID.joins/ITS_ID.json): `mpiray list` adds its nodes to the cluster's, and the elastic provider finds
+    its worker jobs' nodes by provider_node."""
+
+    job_id: str
+    host: str
+    pid: int
+    nodes: int
+    cpus: float
+    gpus: float
+    node_ids: list[str]
+    started: float
+    heartbeat: float  # renewed every HEARTBEAT_S while the job runs
+    provider_node: str | None = None  # the elastic provider's id for the worker job that this job is
+
+    def fresh(self, now: float | None = None) -> bool:
+        """Whether its job still renews it (a SIGKILLed job's record stays until its cluster's does)."""
+        return (time.time() if now is None else now) - self.heartbeat < STALE_AFTER_S
+
+
 def default_root(environ=None) -> Path:
     environ = os.environ if environ is None else environ
     given = environ.get("MPIRAY_REGISTRY", "").strip()
@@ -171,21 +193,21 @@ class Registry:
                 self.remove(entry.job_id)
         return found
 
-    def add_join(self, job_id: str, joined: dict) -> None:
+    def add_join(self, job_id: str, joined: Join) -> None:
         joins = self.root / f"{job_id}.joins"
         joins.mkdir(mode=0o700, exist_ok=True)
-        _write(joins / f"{joined['job_id']}.json", json.dumps(joined))
+        _write(joins / f"{joined.job_id}.json", json.dumps(asdict(joined)))
 
     def remove_join(self, job_id: str, joined_job: str) -> None:
         (self.root / f"{job_id}.joins" / f"{joined_job}.json").unlink(missing_ok=True)
 
-    def joins(self, job_id: str) -> list[dict]:
+    def joins(self, job_id: str) -> list[Join]:
         joins = self.root / f"{job_id}.joins"
         found = []
         for path in sorted(joins.glob("*.json")) if joins.is_dir() else []:
             try:
-                found.append(json.loads(_read(path)))
-            except (OSError, ValueError):
+                found.append(Join(**json.loads(_read(path))))
+            except (OSError, ValueError, TypeError):
                 continue
         return found
 

@@ -17,7 +17,7 @@ import os
 import time
 
 from mpiray.batch import environment
-from mpiray.elastic.registry import HEARTBEAT_S, Registry
+from mpiray.elastic.registry import HEARTBEAT_S, Join, Registry
 from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
 from mpiray.rank.head import RankZero
@@ -36,7 +36,7 @@ class Joiner(RankZero):
     def __init__(self, me: Rank):
         super().__init__(me)
         self.registry = Registry(me.config.registry)
-        self.joined: dict | None = None  # this job in the cluster's registry entry
+        self.joined: Join | None = None  # this job in the cluster's registry entry
 
     def start_own(self) -> NodeInfo:
         me, config = self.me, self.me.config
@@ -68,13 +68,12 @@ class Joiner(RankZero):
     def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
         provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
-        self.joined = {"job_id": self.me.current_session.own_job_id, "host": self.me.host, "pid": os.getpid(),
-                       "nodes": len(cluster.nodes), "cpus": cluster.total_cpus, "gpus": cluster.total_gpus,
-                       "node_ids": [r.node_id for r in cluster.nodes], "started": self.me.started,
-                       "heartbeat": time.time(), "provider_node": provider_node}
+        self.joined = Join(self.me.current_session.own_job_id, self.me.host, os.getpid(), len(cluster.nodes),
+                           cluster.total_cpus, cluster.total_gpus, [r.node_id for r in cluster.nodes],
+                           self.me.started, time.time(), provider_node)
         self._say_joined(self.joined)
 
-    def _say_joined(self, joined: dict) -> None:
+    def _say_joined(self, joined: Join) -> None:
         try:
             self.registry.add_join(self.me.current_session.job_id, joined)
         except OSError as error:
@@ -92,13 +91,13 @@ class Joiner(RankZero):
     def tick(self) -> None:
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:
             self.beat = time.monotonic()
-            self.joined["heartbeat"] = time.time()
+            self.joined.heartbeat = time.time()
             self._say_joined(self.joined)
 
     def announce(self, code: int) -> None:
         super().announce(code)
         if self.joined is not None:
-            self.registry.remove_join(self.me.current_session.job_id, self.joined["job_id"])
+            self.registry.remove_join(self.me.current_session.job_id, self.joined.job_id)
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
         pass  # the GCS is the cluster's, elsewhere: nobody waits for this job's workers

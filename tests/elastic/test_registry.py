@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mpiray.elastic.registry import STALE_AFTER_S, Entry, NoSuchCluster, Registry, publish
+from mpiray.elastic.registry import STALE_AFTER_S, Entry, Join, NoSuchCluster, Registry, publish
 from mpiray.errors import ConfigError
 from mpiray.logs.events import RankLog, read_events
 
@@ -63,16 +63,40 @@ def test_a_registry_that_is_not_the_users_own_is_refused(tmp_path):
     assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700  # ours: made private again
 
 
+def join(job_id: str, heartbeat: float | None = None, provider_node: str | None = None) -> Join:
+    now = time.time()
+    return Join(job_id, "n2", 4242, 2, 4.0, 0.0, ["abc", "def"], now - 30, now if heartbeat is None else heartbeat,
+                provider_node)
+
+
+# The JSON keys of a joined job's record: `mpiray list --json` prints them, the elastic provider reads
+# provider_node from the file itself (elastic/provider.py), a joining job of another mpiray writes them.
+JOIN_KEYS = {"job_id", "host", "pid", "nodes", "cpus", "gpus", "node_ids", "started", "heartbeat", "provider_node"}
+
+
 def test_joined_jobs_are_kept_beside_their_cluster_and_go_with_it(tmp_path):
     registry = Registry(tmp_path / "clusters")
     registry.publish(entry(), "t")
-    registry.add_join("1234", {"job_id": "77", "nodes": 2, "cpus": 4, "gpus": 0, "heartbeat": time.time()})
-    assert [j["job_id"] for j in registry.joins("1234")] == ["77"]
+    joined = join("77", provider_node="elastic-1234-3")
+    registry.add_join("1234", joined)
+    assert registry.joins("1234") == [joined]
+    (path,) = (registry.root / "1234.joins").glob("*.json")
+    assert set(json.loads(path.read_text())) == JOIN_KEYS
+    assert json.loads(path.read_text())["provider_node"] == "elastic-1234-3"
     registry.remove_join("1234", "77")
     assert registry.joins("1234") == []
-    registry.add_join("1234", {"job_id": "78", "nodes": 1, "cpus": 2, "gpus": 0, "heartbeat": time.time()})
+    registry.add_join("1234", join("78"))
     registry.remove("1234")
     assert not list(registry.root.iterdir())
+
+
+def test_a_joined_jobs_record_is_fresh_while_its_job_renews_it_and_a_torn_one_is_skipped(tmp_path):
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "t")
+    registry.add_join("1234", join("77"))
+    registry.add_join("1234", join("79", heartbeat=time.time() - STALE_AFTER_S - 1))
+    (registry.root / "1234.joins" / "80.json").write_text('{"job_id": "80"}')  # of an older mpiray, or torn
+    assert [(j.job_id, j.fresh()) for j in registry.joins("1234")] == [("77", True), ("79", False)]
 
 
 # The JSON keys other jobs (--join), `mpiray attach` and `mpiray list` read: a change breaks their reading.
@@ -104,3 +128,18 @@ def test_a_registry_that_cannot_be_written_costs_only_the_entry(tmp_path):
     log.close()
     (failed,) = [r["fields"] for r in read_events(log.events_path) if r["event"] == "registry_failed"]
     assert failed["root"] == str(tmp_path / "a-file" / "clusters")
+
+
+def test_mpiray_list_adds_the_nodes_of_the_jobs_that_joined_and_still_run(tmp_path, capsys):
+    from mpiray.elastic import listing
+
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "t")
+    registry.add_join("1234", join("77"))
+    registry.add_join("1234", join("79", heartbeat=time.time() - STALE_AFTER_S - 1))  # SIGKILLed: not counted
+    assert listing.main(["--registry", str(registry.root), "--json"]) == 0
+    (cluster,) = json.loads(capsys.readouterr().out)
+    assert [j["job_id"] for j in cluster["joins"]] == ["77"]
+    assert (cluster["total_nodes"], cluster["total_cpus"]) == (cluster["nodes"] + 2, cluster["cpus"] + 4.0)
+    assert listing.main(["--registry", str(registry.root)]) == 0
+    assert "77 (2 nodes)" in capsys.readouterr().out
