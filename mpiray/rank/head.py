@@ -28,7 +28,7 @@ from mpiray.host import network
 from mpiray.logs import progress
 from mpiray.rank import preflight
 from mpiray.rank.batchjob import BatchJob, read_batch_job
-from mpiray.rank.hostsplit import split_host
+from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import (
     CONTROL,
     JOIN,
@@ -186,9 +186,7 @@ class Head(RankZero):
         head_ip = network.head_address(config.interface)
         if config.port and not network.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
-        plan = split_host(me, job_id, gcs_port=config.port)
-        share, ports = plan.share, plan.ports
-        assert share is not None and ports is not None  # a host's first rank always runs a node
+        share, ports = split_host_first(me, job_id, gcs_port=config.port)
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")

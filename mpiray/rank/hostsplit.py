@@ -7,15 +7,15 @@ from __future__ import annotations
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, StartupTimeout
 from mpiray.host import network, resources
-from mpiray.rank.messages import LOCAL, HostPlan, PlanRefused
+from mpiray.rank.messages import LOCAL, HostPlan, Idle, PlanRefused
 from mpiray.rank.state import Rank
 
 
-def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
-    """Split this host among its ranks: this rank's plan (its share and ports; neither if it idles)."""
+def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan | Idle:
+    """Split this host among its ranks: this rank's plan (its share and ports), or Idle."""
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
-    plan: HostPlan | PlanRefused | None
+    plan: HostPlan | Idle | PlanRefused | None
     if host_comm.rank == 0:
         others = host_comm.receive_each(list(range(1, host_comm.size)), LOCAL, deadline, me.raise_if_stopped)
         if len(others) < host_comm.size - 1:
@@ -35,7 +35,17 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
     return plan
 
 
-def _plan_for(me: Rank, views: list[resources.HostView], job_id: str, gcs_port: int) -> list[HostPlan | PlanRefused]:
+def split_host_first(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan:
+    """split_host for a rank that is its host's first (rank 0: the head's, a joining job's), whose plan is never
+    Idle: the host's node, if there is one, is its."""
+    plan = split_host(me, job_id, gcs_port)
+    if isinstance(plan, Idle):
+        raise AssertionError(f"rank {me.rank} leads {me.host}, yet its plan is to idle")
+    return plan
+
+
+def _plan_for(me: Rank, views: list[resources.HostView], job_id: str,
+              gcs_port: int) -> list[HostPlan | Idle] | list[PlanRefused]:
     """The host's first rank's plan for every rank of the host, or why there is none (the same for each)."""
     config = me.config
     nodes = 1 if config.ray_node_per == "host" else len(views)
@@ -54,4 +64,4 @@ def _plan_for(me: Rank, views: list[resources.HostView], job_id: str, gcs_port: 
     for note in me.port_block.notes:
         me.log.event("port_note", note=note)
     ports = iter(network.host_ports(me.port_block.base, units, gcs_port))
-    return [HostPlan(share, next(ports)) if share is not None else HostPlan(None, None) for share in shares]
+    return [HostPlan(share, next(ports)) if share is not None else Idle() for share in shares]

@@ -21,7 +21,7 @@ from mpiray.elastic.registry import HEARTBEAT_S, Join, Registry
 from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
 from mpiray.rank.head import RankZero
-from mpiray.rank.hostsplit import split_host
+from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
 from mpiray.rank.ownnode import log_context, start_node
 from mpiray.rank.state import Lost, Rank
@@ -54,8 +54,7 @@ class Joiner(RankZero):
         if not gcs_answers(entry.gcs_address):
             raise NoSuchCluster(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                                 f"or this host cannot reach its host {entry.host}")
-        plan = split_host(me, own_job)
-        assert plan.share is not None and plan.ports is not None  # a host's first rank always runs a node
+        plan = split_host_first(me, own_job)
         me.session = session
         me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)

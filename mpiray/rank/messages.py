@@ -25,7 +25,7 @@ HELLO = 2  # all -> rank 0: "rank r on host h is alive, its log is at ...", what
 REPORT = 3  # all -> rank 0: node started and registered (or the error that prevented it)
 CONTROL = 4  # rank 0 -> all: "stop now with exit code N"
 EVENT = 5  # all -> rank 0: something happened after startup (e.g. this rank's Ray node died)
-LOCAL = 6  # within one host: each rank's view of it (host.resources.HostView), then its HostPlan or PlanRefused
+LOCAL = 6  # within one host: each rank's view of it (host.resources.HostView), then its HostPlan, Idle or PlanRefused
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
@@ -79,10 +79,15 @@ class Hello(NamedTuple):
 
 class HostPlan(NamedTuple):
     """LOCAL, from the host's first rank to each of its ranks (hostsplit.py): this rank's share of the host and its
-    Ray node's ports; neither for a rank that idles (one Ray node per host). A host's first rank always has both."""
+    Ray node's ports. A host's first rank always has one."""
 
-    share: Share | None
-    ports: NodePorts | None
+    share: Share
+    ports: NodePorts
+
+
+class Idle(NamedTuple):
+    """LOCAL, instead of a HostPlan: this rank runs no Ray node (--ray-node-per host: the host's first rank's
+    node is the host's)."""
 
 
 class PlanRefused(NamedTuple):

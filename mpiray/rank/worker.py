@@ -9,7 +9,7 @@ from mpiray.deadline import Deadline
 from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
-from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, resource_fields
+from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, Idle, resource_fields
 from mpiray.rank.ownnode import log_context, log_manifest_once_started, start_node, wait_for_head
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.rank.teardown import stop_node
@@ -37,7 +37,7 @@ class Worker:
         log_context(me)
         me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
         plan = split_host(me, session.ports_job_id)
-        if plan.share is None or plan.ports is None:  # one Ray node per host, not this rank's
+        if isinstance(plan, Idle):  # one Ray node per host, not this rank's
             me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)
             return

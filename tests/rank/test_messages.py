@@ -8,7 +8,7 @@ from mpiray.errors import ConfigError, PortsPerHost
 from mpiray.host.network import node_ports
 from mpiray.host.preflight import WARN, Finding
 from mpiray.host.resources import Share
-from mpiray.rank.messages import LOCAL, Hello, HostPlan, Message, PlanRefused
+from mpiray.rank.messages import LOCAL, Hello, HostPlan, Idle, Message, PlanRefused
 
 
 def test_a_hello_crosses_mpi_as_it_was_sent():
@@ -20,7 +20,7 @@ def test_a_hello_crosses_mpi_as_it_was_sent():
 
 def test_a_host_plan_and_its_refusal_cross_mpi_as_they_were_sent():
     plan = HostPlan(Share(cpus=2, gpu_ids=("0",), memory=2**30, object_store=2**28), node_ports(20000))
-    for sent in (plan, HostPlan(None, None), PlanRefused("no room", "ports_per_host")):
+    for sent in (plan, Idle(), PlanRefused("no room", "ports_per_host")):
         assert pickle.loads(pickle.dumps(sent)) == sent
     assert len(pickle.dumps(PlanRefused("no room", "ports_per_host"))) < 200  # small: one per rank of a host
 
