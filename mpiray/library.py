@@ -73,9 +73,12 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     config = library_config(options)
     preflight.check_ray_install(config.auth)
     log = life.early_log(config) if comm is None else None  # before MPI_Init, as the command line's
-    from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only once the options are valid
+    if comm is None:  # MPI_Init (the import of mpi4py): only once the options are valid, with a deadline
+        world = life.mpi_world(config.startup_timeout)
+    else:
+        from mpiray.rank import mpi
 
-    world = mpi.Comm(comm)
+        world = mpi.Comm(comm)
     if world.rank != 0:
         code = life.run(config, None, world, process_ends=exit, log=log)
         if exit:

@@ -120,7 +120,8 @@ OPTIONS = (
     Option("job_id", None, "names the job's log dir: letters, digits and . _ + -", values.job_id,
            shown_default="the scheduler's job id (SLURM_JOB_ID, PBS_JOBID, COBALT_JOBID or ALPS_APP_ID), else a "
            "timestamp and pid"),
-    Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up", values.positive_seconds),
+    Option("startup_timeout", 120.0, "seconds for the head and every worker node to come up, and for MPI_Init: a "
+           "rank still in it then prints where it hangs and exits 1", values.positive_seconds),
     Option("port", 0, "GCS port of the head; 0 picks a free one", values.port, shown_default="0 (free)"),
     Option("num_cpus", None, "CPUs each Ray node offers", values.count, shown_default="the rank's share of its host"),
     Option("num_gpus", None, "GPUs each Ray node offers", values.count, shown_default="the rank's share of the visible GPUs"),

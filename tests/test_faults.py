@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from helpers import (
     last_event,
     launch,
     launcher_argv,
+    mpirun_version,
     new_job_id,
     rank_pid,
     wait_for_event,
@@ -167,3 +169,23 @@ def test_a_lone_failing_worker_ends_every_rank_with_its_code(tmp_path):
     job_dir = tmp_path / "logs" / job_id
     assert exit_codes(job_dir, 4) == [2, 2, 2, 2]
     assert_nothing_left(Launch(result.returncode, result.stdout, result.stderr, job_dir, 0))
+
+
+@pytest.mark.skipif("HYDRA" not in mpirun_version().upper(), reason="MPICH's PMI-1 client (PMI_PORT) makes the hang")
+def test_a_rank_whose_mpi_init_never_returns_exits_after_the_startup_timeout(tmp_path):
+    """A process manager that never answers (a PMI server that accepts and stays silent: MPICH's PMI-1 client
+    waits for its reply inside MPI_Init) held the rank, deaf to SIGTERM too, until the server went away; now it
+    exits 1 after --startup-timeout and says where it hung."""
+    with socket.socket() as deaf:
+        deaf.bind(("127.0.0.1", 0))
+        deaf.listen(4)  # connections queue in the kernel: the client's PMI init is sent and never answered
+        env = {**os.environ, "PMI_PORT": f"127.0.0.1:{deaf.getsockname()[1]}", "PMI_ID": "0", "PMI_RANK": "0",
+               "PMI_SIZE": "2"}
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, str(ROOT / "start_ray.py"), "--startup-timeout", "3", "--dry-run",
+                                 "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=env, capture_output=True,
+                                text=True, timeout=120)
+        took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Timeout (0:00:03)!" in result.stderr and "in mpi_world" in result.stderr, result.stderr[-3000:]
+    assert took < 60  # the deadline, not the 120 s timeout of this run

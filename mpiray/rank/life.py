@@ -97,9 +97,7 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     if log is None:
         log = early_log(config) if comm is None else RankLog(0, host)
     if comm is None:
-        from mpiray.rank import mpi  # imports mpi4py, whose import is MPI_Init: only here, when it is time
-
-        comm = mpi.Comm()
+        comm = mpi_world(config.startup_timeout)
     log.rank = comm.rank
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
@@ -112,6 +110,24 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     if host_comm.rank != 0:
         host_comm.send(me.view, 0, LOCAL)
     return me
+
+
+def mpi_world(timeout: float) -> Comm:
+    """MPI's world: the import of mpi4py, which is MPI_Init, only here, when it is time.
+
+    A process manager that never lets MPI_Init return (a node whose tasks never start, a PMI server that does
+    not answer) would hold every rank until the walltime: MPI_Init holds the GIL, so neither a stop signal's
+    handler nor a Python thread runs meanwhile. faulthandler's watchdog is a C thread: past timeout
+    (--startup-timeout) it prints where this rank hangs on stderr, and the rank exits with 1."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(timeout, exit=True, file=sys.stderr)
+    try:
+        from mpiray.rank import mpi
+
+        return mpi.Comm()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def early_log(config: Config) -> RankLog:

@@ -64,8 +64,9 @@ CAUSES = {
         "nodes per host (--ray-node-per host)"),
     "mpi_init": Cause(
         "MPI_Init never returned: the MPI launcher or its process manager (PMI) failed",
-        "read the launcher's own output (srun's or mpirun's stderr, slurmd's log); check `srun --mpi=list` and "
-        "that mpi4py was built against the MPI that launched it"),
+        "read the launcher's own output (srun's or mpirun's stderr, slurmd's log; a rank still in MPI_Init after "
+        "--startup-timeout printed where it hung there, and exited 1); check `srun --mpi=list` and that mpi4py "
+        "was built against the MPI that launched it"),
     "mpi_singletons": Cause(
         "the launcher started several tasks but MPI saw a world of one in each",
         "give srun a process-manager plugin (srun --mpi=pmi2, or pmix), or use the mpirun of the MPI that "
