@@ -352,6 +352,35 @@ def test_stale_private_dirs_of_killed_ranks_are_removed_and_nothing_else(tmp_pat
     assert (root / f"mpiray-{os.getuid()}-r5-link").is_symlink()  # not followed, not removed
 
 
+def make_skeleton(root: Path, label: str, age: float, extra: str = "") -> Path:
+    """What a late driver's ray.init() made of a removed private dir (found in /tmp: 0755, Ray's 0777 session
+    dirs and its session_latest link, no file), last changed age seconds ago."""
+    path = root / f"mpiray-{os.getuid()}-{label}-abcdef"
+    session = path / "ray" / "session_2026-11-26_05-39-02_543113_25584"
+    for sub in ("sockets", "runtime_resources", "logs/old"):
+        (session / sub).mkdir(parents=True)
+    (path / "ray" / "session_latest").symlink_to(session)
+    if extra:
+        (session / "logs" / extra).write_text("a log line\n")
+    path.chmod(0o755)
+    then = time.time() - age
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_private_dirs_tree_that_a_late_driver_made_again_is_swept_once_old(short_tmp):
+    from mpiray.raynode.private import SKELETON_AFTER_S, remove_stale
+
+    old = make_skeleton(short_tmp, "r0", SKELETON_AFTER_S + 60)
+    fresh = make_skeleton(short_tmp, "r1", 0)  # maybe a rank's dir in the making: left
+    with_a_file = make_skeleton(short_tmp, "r2", SKELETON_AFTER_S + 60, extra="raylet.out")  # something to keep
+    deep = make_skeleton(short_tmp, "r3", SKELETON_AFTER_S + 60)
+    (deep / "ray" / "a" / "b" / "c" / "d" / "e" / "f").mkdir(parents=True)  # deeper than Ray's: not its tree
+    os.utime(deep, (time.time() - SKELETON_AFTER_S - 60,) * 2)
+    assert remove_stale(short_tmp) == [old] and not old.exists()
+    assert fresh.exists() and with_a_file.exists() and deep.exists()
+
+
 @pytest.mark.slow
 def test_a_job_removes_the_private_dirs_that_killed_ranks_left(tmp_path, short_tmp):
     """Slurm's SIGKILL of a whole job step takes each rank's guard too; the next job on the host

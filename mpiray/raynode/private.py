@@ -16,6 +16,7 @@ import shutil
 import socket
 import stat
 import string
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,18 +118,32 @@ def _gone(pid: str, started: str) -> bool:
     return start_time(int(pid)) != started
 
 
+# A private dir's tree made again after its job removed it: a driver's ray.init() that learnt the node's temp dir
+# from the GCS a moment before the node stopped makes its session dirs (sockets, logs, runtime_resources) there,
+# 0755 and 0777, with no file in them. Older than this, such a tree is nobody's dir in the making.
+SKELETON_AFTER_S = 600.0
+
+
 def remove_stale(root: Path) -> list[Path]:
     """Remove this user's private dirs under root that nobody tends any more (their job step was
     SIGKILLed whole, rank and guard alike); return them. Only plain 0700 dirs of this user whose
     owner file says they were made here (same host, boot and PID namespace) by a process that is
     gone, and whose guard (if it started) is gone too, are touched: a dir still being made (no owner
-    file yet), one a guard is still tidying up, or one of a rank in another container is left."""
+    file yet), one a guard is still tidying up, or one of a rank in another container is left.
+    Also a skeleton of this user's (SKELETON_AFTER_S): no owner file and no file at all below it."""
     removed = []
     here, uid = list(pid_scope()), os.getuid()
     for path in root.glob(f"mpiray-{uid}-*"):
         try:
             info = os.lstat(path)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or stat.S_IMODE(info.st_mode) & 0o077:
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+                continue
+            if _skeleton(path, info):
+                shutil.rmtree(path, ignore_errors=True)
+                if not path.exists():
+                    removed.append(path)
+                continue
+            if stat.S_IMODE(info.st_mode) & 0o077:
                 continue
             *made_at, pid, started = _read_small(path / OWNER_FILE)
             if made_at != here or not _gone(pid, started):
@@ -142,3 +157,19 @@ def remove_stale(root: Path) -> list[Path]:
         if not path.exists():
             removed.append(path)
     return removed
+
+
+def _skeleton(path: Path, info: os.stat_result) -> bool:
+    """Whether path, a dir of this user's, is a tree of empty dirs (and symlinks) with no owner file, last
+    changed over SKELETON_AFTER_S ago: nothing in it to keep, and no rank making it."""
+    if time.time() - info.st_mtime < SKELETON_AFTER_S or os.path.lexists(path / OWNER_FILE):
+        return False
+    return _only_dirs(path, depth=6)  # Ray's tree is 4 deep; its 0777 dirs let others nest deeper: not ours then
+
+
+def _only_dirs(path: Path | str, depth: int) -> bool:
+    if depth == 0:
+        return False
+    with os.scandir(path) as entries:  # symlinks neither followed nor counted (Ray's session_latest)
+        return all(entry.is_symlink() or (entry.is_dir(follow_symlinks=False) and _only_dirs(entry.path, depth - 1))
+                   for entry in entries)
