@@ -30,6 +30,7 @@ from helpers import (
     new_job_id,
     rank_pid,
 )
+from process_control import wait_for
 
 NOBODY = 65534
 as_another_user = pytest.mark.skipif(
@@ -211,7 +212,8 @@ def test_a_stalled_log_write_never_blocks_the_driver(tmp_path):
 
 @pytest.mark.slow
 def test_killed_ranks_leave_no_private_dir(tmp_path):
-    """SIGKILL of mpirun: no rank can tidy up; each rank's guard removes its dir (and the token)."""
+    """SIGKILL of mpirun: no rank can tidy up; each rank's guard removes its dir (and the token), and the last
+    one the job's spill dir on the host (a run here left it in /tmp before the guards knew of it)."""
     job_id = new_job_id("killed")
     job_dir = tmp_path / "logs" / job_id
     argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id],
@@ -223,6 +225,8 @@ def test_killed_ranks_leave_no_private_dir(tmp_path):
             time.sleep(0.2)
         dirs = private_dirs(job_dir)
         assert len(dirs) == 2 and all(os.path.isdir(d) for d in dirs)
+        spill = Path(last_event(job_dir, 0, "spill_dir")["path"]).parent
+        assert spill.is_dir()
         ranks = [rank_pid(job_dir, rank) for rank in (0, 1)]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -235,6 +239,8 @@ def test_killed_ranks_leave_no_private_dir(tmp_path):
         while any(os.path.exists(d) for d in dirs) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [d for d in dirs if os.path.exists(d)]
+        wait_for(lambda: not spill.exists(), 10, 0.2)  # the guards remove it after the private dirs
+        assert not spill.exists(), sorted(spill.rglob("*"))
         assert any(job_dir.glob("ray-rank-*"))  # the guard kept Ray's logs
         logged = Launch(0, "", "", job_dir, 0).stopped_pids()
         deadline = time.monotonic() + 30

@@ -5,12 +5,15 @@ Ray's agents, which raylet starts without fate-sharing, would live on for a minu
 private dir, with the cluster's token in it, would stay in /tmp forever. The guard waits on a pipe
 from the rank. Lines it understands:
     group PGID START   the node's process group (its leader's start time, /proc/PID/stat field 22)
+    spill NODE PATH    the job's spill dir on this host, and the node's id there ("-" before it is known)
     done               the rank tidied up itself: exit and touch nothing
 End of file without "done" means the rank died: SIGKILL the group (unless its id was recycled:
 a process with pid PGID exists but started at another time), wait until the group is empty (at
-most GROUP_GONE_S), keep Ray's logs beside the rank's own, remove the private dir.
+most GROUP_GONE_S), keep Ray's logs beside the rank's own, remove the private dir, and remove the
+node's spilled objects, and the spill dir once no node's are left in it (remove_spilled).
 
-Only the standard library (it starts in ~20 ms); raynode/node.py imports keep_ray_logs from here.
+Only the standard library (it starts in ~20 ms); raynode/node.py imports keep_ray_logs from here,
+raynode/spill.py remove_spilled.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 GROUP_GONE_S = 10.0
+OWNER_FILE = "owner"  # of a private or spill dir: "HOST BOOT_ID PID_NAMESPACE PID START_TIME" of who made it
 
 
 def read_stat(pid: int) -> list[str] | None:
@@ -95,20 +99,37 @@ def keep_ray_logs(ray_dir: Path, target: Path) -> Path | None:
     return destination
 
 
+def remove_spilled(path: Path, node_id: str | None) -> None:
+    """A node's end: its spilled objects (ray/ray_spilled_objects_NODE); then, if no other node's are left,
+    the job's spill dir (made by raynode/spill.py)."""
+    if node_id:
+        shutil.rmtree(path / "ray" / f"ray_spilled_objects_{node_id}", ignore_errors=True)
+    try:
+        (path / "ray").rmdir()  # fails while any node's objects are still there
+        (path / OWNER_FILE).unlink(missing_ok=True)
+        path.rmdir()
+    except OSError:
+        pass
+
+
 def main(private_dir: Path, kept_logs: Path) -> None:
-    group = None
+    group = spill = None
     for line in sys.stdin:
-        words = line.split()
+        words = line.rstrip("\n").split(" ", 2)
         if words == ["done"]:
             return
         if len(words) == 3 and words[0] == "group":
             group = int(words[1]), words[2]
+        elif len(words) == 3 and words[0] == "spill":
+            spill = Path(words[2]), None if words[1] == "-" else words[1]
     if group is not None:
         kill_group(*group)
     try:
         keep_ray_logs(private_dir / "ray", kept_logs)
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
+        if spill is not None:
+            remove_spilled(*spill)
 
 
 if __name__ == "__main__":

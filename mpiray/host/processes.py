@@ -101,6 +101,11 @@ class Guard:
         """The group to kill if the rank dies: leader's, named with its start time (ids are recycled)."""
         self._say(f"group {leader.pid} {guard.start_time(leader.pid)}")
 
+    def spill_dir(self, path: Path, node_id: str | None) -> None:
+        """The job's spill dir on this host and this rank's node's id in it (None before it is known): if the
+        rank dies, the node's spilled objects go, and the dir once no node's are left (guard.remove_spilled)."""
+        self._say(f"spill {node_id or '-'} {path}")
+
     def release(self, timeout: float = 5.0) -> None:
         """This rank tidied up itself: the guard exits without touching anything."""
         self._say("done")

@@ -76,6 +76,7 @@ class RealNode:
     def start(self, me: Rank, spec: commands.NodeSpec, argv: list[str], head: bool) -> None:
         config, node = me.config, me.ray_node
         node.spill_dir = job_spill_dir(me)
+        node.guard.spill_dir(node.spill_dir, None)
         me.log.event("private_dir", path=str(node.private.path))
         me.log.event("node_starting", role="head" if head else "worker", command=" ".join(argv), argv=argv)
         me.log.event("node_output", output=str(node.output_path), kept_logs=str(node.kept_logs))
@@ -198,6 +199,8 @@ def wait_until_alive(me: Rank) -> NodeInfo:
     deadline = Deadline.since(me.current_session.started, me.config.startup_timeout)
     node = me.ray_node.wait_alive(deadline, me.raise_if_stopped, me.current_session.gcs_address, me.config.startup_timeout)
     me.ray_node.node_id = node.node_id  # its spilled objects' dir is named by it (spill.py)
+    if me.ray_node.spill_dir is not None:
+        me.ray_node.guard.spill_dir(me.ray_node.spill_dir, node.node_id)
     for key, note in me.ray_node.started_output.compat.items():  # said before the node's ALIVE line, so all here now
         me.log.event("compat_note", key=key, note=note)
     return node

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpiray.errors import ConfigError, SocketPathTooLong, TempDirFailed
-from mpiray.host.guard import start_time
+from mpiray.host.guard import OWNER_FILE, start_time
 from mpiray.raynode import commands
 
-OWNER_FILE = "owner"  # "HOST BOOT_ID PID_NAMESPACE PID START_TIME" of the process that made a private dir
 GUARD_FILE = "guard"  # "PID START_TIME" of its guard
 NAME_CHARACTERS = string.ascii_lowercase + string.digits
 

@@ -15,13 +15,12 @@ finds the rest empty removes the directory. A SIGKILLed job's is swept like its 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
 from mpiray.errors import DirUnwritable
-from mpiray.host.guard import start_time
-from mpiray.raynode.private import OWNER_FILE, pid_scope, remove_stale
+from mpiray.host.guard import OWNER_FILE, remove_spilled, start_time
+from mpiray.raynode.private import pid_scope, remove_stale
 
 RAY_SUBDIR = "ray"
 
@@ -66,12 +65,6 @@ def make(path: Path) -> bool:
 
 
 def remove_node(path: Path, node_id: str | None) -> None:
-    """A rank's end: its node's spilled objects; then, if nothing else is left, the whole directory."""
-    if node_id:
-        shutil.rmtree(ray_spill_dir(path) / f"ray_spilled_objects_{node_id}", ignore_errors=True)
-    try:
-        ray_spill_dir(path).rmdir()  # fails while any node's objects are still there
-        (path / OWNER_FILE).unlink(missing_ok=True)
-        path.rmdir()
-    except OSError:
-        pass
+    """A rank's end: its node's spilled objects; then, if nothing else is left, the whole directory (as the
+    rank's guard does if the rank dies: host/guard.py)."""
+    remove_spilled(path, node_id)
