@@ -63,6 +63,17 @@ def rank_events(job_dir: Path, rank: int) -> list[dict]:
     return last_run(read_events(path))[0] if path.exists() else []
 
 
+def client_server_logs(job_dir: Path) -> str:
+    """The ends of the head's Ray Client server logs (the proxy's and each driver's server's): why a ray://
+    connection failed is written there, in the head's session dir, which the job's end removes."""
+    manifests = [r["fields"] for r in rank_events(job_dir, 0) if r["event"] == "node_manifest"]
+    if not manifests:
+        return "\n(the head wrote no node manifest)"
+    logs = sorted({path.resolve() for path in Path(manifests[-1]["temp_dir"]).glob("session_*/logs/ray_client_server*")})
+    return "".join(f"\n--- {path.name}:\n{path.read_text(errors='replace')[-4000:]}" for path in logs) or \
+        f"\n(no ray_client_server logs under {manifests[-1]['temp_dir']})"
+
+
 def last_event(job_dir: Path, rank: int, name: str) -> dict | None:
     found = [record["fields"] for record in rank_events(job_dir, rank) if record["event"] == name]
     return found[-1] if found else None

@@ -149,6 +149,18 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
     return [*ray, "start", f"--address={gcs_address}", *_common(spec, spec.ports.max_worker)]
 
 
+# gRPC's C core, as grpcio's Linux wheels build it, arms fork handlers unless this says 0. A process full of
+# gRPC threads that forks to run a program (Ray's Ray Client proxy, one server per client; any Ray process or
+# task that runs a subprocess) then loses the child now and then before its exec: the handlers skip while
+# other threads are in gRPC, the child closes its inherited fds, gRPC's poller in it aborts (rc -11 or -6,
+# empty logs). A Ray Client driver then fails "Starting Ray client server failed" (ray-project/ray#63202,
+# open in Ray 2.60): here 5 of 100 drivers, 4 at a time, by hand, 0 of 100 under mpiray
+# (tests/benchmarks/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
+# tests/test_attach.py before, 0 of 12 after). Off, the child just execs; gRPC's Python layer supports no use
+# of gRPC in a forked child either way.
+GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"
+
+
 def node_env(
     environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
     dashboard_metrics_port: int | None = None, private_tmp: str | None = None,
@@ -159,10 +171,12 @@ def node_env(
     private_tmp: the rank's private dir, as RAY_TMPDIR (unless the user set one): Ray Tune and Train take
     their file locks in RAY_TMPDIR/_ray_lockfiles, else in /tmp/_ray_lockfiles, where another user can
     make the directory first (every lock then fails) or hold a lock (a checkpoint waits forever).
+    gRPC's fork handlers are off (GRPC_FORK_SUPPORT), unless the user said otherwise.
     """
     env = dict(environ)
     if private_tmp:
         env.setdefault("RAY_TMPDIR", private_tmp)
+    env.setdefault(GRPC_FORK_SUPPORT, "0")
     if dashboard_metrics_port:
         env["DASHBOARD_METRIC_PORT"] = str(dashboard_metrics_port)
     env["RAY_USAGE_STATS_ENABLED"] = "0"

@@ -55,6 +55,11 @@ def test_node_env_points_at_the_token_file_and_never_carries_the_token():
     assert "CUDA_VISIBLE_DEVICES" not in node_env({}, None, None)
 
 
+def test_grpcs_fork_handlers_are_off_in_rays_processes_unless_the_user_set_them():
+    assert node_env({}, None, None)["GRPC_ENABLE_FORK_SUPPORT"] == "0"
+    assert node_env({"GRPC_ENABLE_FORK_SUPPORT": "1"}, None, None)["GRPC_ENABLE_FORK_SUPPORT"] == "1"
+
+
 def test_ray_tune_and_train_lock_files_go_to_the_private_dir_unless_the_user_chose_a_place():
     assert node_env({}, None, None, private_tmp="/tmp/mpiray-0-r0-abc")["RAY_TMPDIR"] == "/tmp/mpiray-0-r0-abc"
     assert node_env({"RAY_TMPDIR": "/scratch/me"}, None, None, private_tmp="/tmp/p")["RAY_TMPDIR"] == "/scratch/me"
