@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ray Client drivers (ray://, what `mpiray attach` uses from a login node) that connect, or not.
 
-    .venv/bin/python tests/benchmarks/bench_client_connect.py [--rounds 20] [--at-once 4] [--out tests/benchmarks]
+    .venv/bin/python tests/benchmarks/bench_client_connect.py [--rounds 25] [--at-once 4] [--out tests/benchmarks]
 
 The head's Ray Client proxy forks one server per driver. Each configuration starts one 2-CPU node and runs
 ROUNDS rounds of AT_ONCE drivers at once (`ray.init("ray://...")`, one task), as several users' or scripts'
@@ -137,7 +137,7 @@ def markdown(rows: dict[str, dict], rounds: int, at_once: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--at-once", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = parser.parse_args()
