@@ -28,6 +28,7 @@ from pathlib import Path
 
 GROUP_GONE_S = 10.0
 OWNER_FILE = "owner"  # of a private or spill dir: "HOST BOOT_ID PID_NAMESPACE PID START_TIME" of who made it
+SPILL_SUBDIR = "ray"  # of a spill dir: what Ray is given (it adds ray_spilled_objects_NODE below)
 
 
 def read_stat(pid: int) -> list[str] | None:
@@ -103,9 +104,9 @@ def remove_spilled(path: Path, node_id: str | None) -> None:
     """A node's end: its spilled objects (ray/ray_spilled_objects_NODE); then, if no other node's are left,
     the job's spill dir (made by raynode/spill.py)."""
     if node_id:
-        shutil.rmtree(path / "ray" / f"ray_spilled_objects_{node_id}", ignore_errors=True)
+        shutil.rmtree(path / SPILL_SUBDIR / f"ray_spilled_objects_{node_id}", ignore_errors=True)
     try:
-        (path / "ray").rmdir()  # fails while any node's objects are still there
+        (path / SPILL_SUBDIR).rmdir()  # fails while any node's objects are still there
         (path / OWNER_FILE).unlink(missing_ok=True)
         path.rmdir()
     except OSError:

@@ -19,10 +19,8 @@ import stat
 from pathlib import Path
 
 from mpiray.errors import DirUnwritable
-from mpiray.host.guard import OWNER_FILE, remove_spilled, start_time
+from mpiray.host.guard import OWNER_FILE, SPILL_SUBDIR, remove_spilled, start_time
 from mpiray.raynode.private import pid_scope, remove_stale
-
-RAY_SUBDIR = "ray"
 
 
 def job_spill_dir(root: Path, cluster_job_id: str) -> Path:
@@ -31,7 +29,7 @@ def job_spill_dir(root: Path, cluster_job_id: str) -> Path:
 
 
 def ray_spill_dir(path: Path) -> Path:
-    return path / RAY_SUBDIR
+    return path / SPILL_SUBDIR
 
 
 def prepare(root: Path) -> list[Path]:
