@@ -1,5 +1,6 @@
 """Hosts on one machine, for the batch testbeds (tests/slurm/, tests/pbs/): a network namespace per host,
-each with its own address on a private bridge, their names in a marked block of /etc/hosts, and the
+each with its own address on a private bridge (and, if the testbed has one, a second address on a second
+bridge: a fabric, like a site's high-speed network), their names in a marked block of /etc/hosts, and the
 daemons a testbed starts, tracked by PID and start time (never found by name).
 
 The hosts share the PID space, the filesystem (/tmp, $HOME, the checkout) and the CPUs with each other
@@ -37,10 +38,21 @@ class Node:
     name: str  # the host's name: its network namespace, hostname and /etc/hosts name
     ip: str
     veth: str  # host end of the veth pair; the node end is eth0 inside the namespace
+    hsn_ip: str | None = None  # the host's address on its network's fabric (Network.fabric), if it has one
 
     @property
     def netns_path(self) -> Path:
         return NETNS_DIR / self.name
+
+    @property
+    def hsn_name(self) -> str:
+        """The name of hsn_ip in /etc/hosts: the host's own name stays on the management network, as on a site."""
+        return f"{self.name}.hsn.testbed"
+
+    @property
+    def hsn_veth(self) -> str:
+        # Host end of the fabric's veth pair; with its peer's "p" at most 15 characters, as every interface name.
+        return f"{self.veth}h"
 
     def command(self, argv: list[str]) -> list[str]:
         """argv run on this host: in its network namespace, with its own hostname.
@@ -60,8 +72,21 @@ def login_command(argv: list[str], name: str) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Fabric:
+    """A second network beside the management one, like a site's high-speed network (HPE Slingshot's hsn0): a
+    bridge and subnet of its own, and in every host an interface on it addressed Node.hsn_ip. The hosts have no
+    default route, so a job reaches the fabric only by naming its interface or its addresses."""
+
+    bridge: str  # at most 15 characters, as every Linux interface name
+    subnet: ipaddress.IPv4Network
+    gateway_ip: str  # the machine's end of the bridge
+    interface: str = "hsn0"  # its name inside each host
+
+
+@dataclasses.dataclass(frozen=True)
 class Network:
-    """A private bridge with the machine's end of it (gateway), the hosts on it, their names in /etc/hosts."""
+    """A private bridge with the machine's end of it (gateway), the hosts on it, their names in /etc/hosts;
+    optionally a fabric, a second bridge that every host is on too."""
 
     bridge: str
     subnet: ipaddress.IPv4Network
@@ -69,6 +94,24 @@ class Network:
     nodes: tuple[Node, ...]
     hosts_block: str  # names the testbed in the /etc/hosts markers
     extra_names: tuple[tuple[str, str], ...] = ()  # more (ip, name) lines for /etc/hosts, e.g. a server's
+    fabric: Fabric | None = None
+
+    def __post_init__(self) -> None:
+        if self.fabric is None:
+            return
+        if self.fabric.subnet.overlaps(self.subnet):
+            raise ValueError(f"the fabric's {self.fabric.subnet} overlaps the management network's {self.subnet}")
+        for node in self.nodes:
+            if node.hsn_ip is None or ipaddress.ip_address(node.hsn_ip) not in self.fabric.subnet:
+                raise ValueError(f"{node.name} needs an hsn_ip in the fabric's {self.fabric.subnet}, not {node.hsn_ip}")
+
+    @property
+    def subnets(self) -> dict[str, ipaddress.IPv4Network]:
+        """Bridge -> its subnet: the management network's, then the fabric's."""
+        subnets = {self.bridge: self.subnet}
+        if self.fabric is not None:
+            subnets[self.fabric.bridge] = self.fabric.subnet
+        return subnets
 
     @property
     def hosts_begin(self) -> str:
@@ -79,28 +122,26 @@ class Network:
         return f"# END {self.hosts_block}"
 
     def create(self) -> None:
-        prefix = self.subnet.prefixlen
         self._check_subnet_free()
-        run(["ip", "link", "add", self.bridge, "type", "bridge"])
-        run(["ip", "addr", "add", f"{self.gateway_ip}/{prefix}", "dev", self.bridge])
-        run(["ip", "link", "set", self.bridge, "up"])
+        _add_bridge(self.bridge, f"{self.gateway_ip}/{self.subnet.prefixlen}")
+        if self.fabric is not None:
+            _add_bridge(self.fabric.bridge, f"{self.fabric.gateway_ip}/{self.fabric.subnet.prefixlen}")
         for node in self.nodes:
-            peer = f"{node.veth}p"
             run(["ip", "netns", "add", node.name])
-            run(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", peer])
-            run(["ip", "link", "set", peer, "netns", node.name])
-            run(["ip", "-n", node.name, "link", "set", peer, "name", "eth0"])
-            run(["ip", "-n", node.name, "addr", "add", f"{node.ip}/{prefix}", "dev", "eth0"])
-            run(["ip", "-n", node.name, "link", "set", "eth0", "up"])
             run(["ip", "-n", node.name, "link", "set", "lo", "up"])
-            run(["ip", "link", "set", node.veth, "master", self.bridge])
-            run(["ip", "link", "set", node.veth, "up"])
+            _plug(node, node.veth, self.bridge, "eth0", f"{node.ip}/{self.subnet.prefixlen}")
+            if self.fabric is not None:
+                _plug(node, node.hsn_veth, self.fabric.bridge, self.fabric.interface,
+                      f"{node.hsn_ip}/{self.fabric.subnet.prefixlen}")
         self._add_hosts_block()
 
     def delete(self) -> None:
         # Deleting a veth end deletes its peer; deleting the namespace does so too, but later,
-        # asynchronously. So the veth first, and "already gone" is fine.
-        for link in [node.veth for node in self.nodes] + [self.bridge]:
+        # asynchronously. So the veths first, and "already gone" is fine.
+        veths = [node.veth for node in self.nodes]
+        if self.fabric is not None:
+            veths += [node.hsn_veth for node in self.nodes]
+        for link in veths + list(self.subnets):
             result = run(["ip", "link", "delete", link], check=False)
             if result.returncode != 0 and link_exists(link):
                 raise TestbedError(f"cannot delete {link}: {result.stderr.strip()}")
@@ -110,15 +151,18 @@ class Network:
         self._remove_hosts_block()
 
     def exists(self) -> bool:
-        return link_exists(self.bridge) and all(node.netns_path.exists() for node in self.nodes)
+        # The fabric's bridge too: a testbed made before it had a fabric is not this one, and up() remakes it.
+        return all(link_exists(bridge) for bridge in self.subnets) and all(node.netns_path.exists()
+                                                                          for node in self.nodes)
 
     def _check_subnet_free(self) -> None:
         for line in run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
             fields = line.split()
             interface, cidr = fields[1], fields[3]
-            if interface != self.bridge and ipaddress.ip_interface(cidr).network.overlaps(self.subnet):
-                raise TestbedError(f"{self.subnet} is already used on this machine ({interface} has {cidr}); "
-                                   "the testbed needs it for its private bridge")
+            for bridge, subnet in self.subnets.items():
+                if interface != bridge and ipaddress.ip_interface(cidr).network.overlaps(subnet):
+                    raise TestbedError(f"{subnet} is already used on this machine ({interface} has {cidr}); "
+                                       f"the testbed needs it for its private bridge {bridge}")
 
     def _without_block(self, text: str) -> str:
         kept, inside = [], False
@@ -136,6 +180,8 @@ class Network:
         if text and not text.endswith("\n"):
             text += "\n"
         names = [*self.extra_names, *((node.ip, node.name) for node in self.nodes)]
+        if self.fabric is not None:  # a host's own name stays on the management network, as on a site
+            names += [(node.hsn_ip, node.hsn_name) for node in self.nodes]
         block = [self.hosts_begin, *(f"{ip} {name}" for ip, name in names), self.hosts_end]
         _write_hosts(text + "\n".join(block) + "\n")
 
@@ -143,6 +189,25 @@ class Network:
         text = HOSTS_FILE.read_text()
         if self.hosts_begin in text:
             _write_hosts(self._without_block(text))
+
+
+def _add_bridge(name: str, gateway_cidr: str) -> None:
+    run(["ip", "link", "add", name, "type", "bridge"])
+    run(["ip", "addr", "add", gateway_cidr, "dev", name])
+    run(["ip", "link", "set", name, "up"])
+
+
+def _plug(node: Node, veth: str, bridge: str, interface: str, cidr: str) -> None:
+    """A veth pair from the bridge (host end veth) into the node's namespace, where its end is named interface
+    and holds cidr."""
+    peer = f"{veth}p"
+    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", peer])
+    run(["ip", "link", "set", peer, "netns", node.name])
+    run(["ip", "-n", node.name, "link", "set", peer, "name", interface])
+    run(["ip", "-n", node.name, "addr", "add", cidr, "dev", interface])
+    run(["ip", "-n", node.name, "link", "set", interface, "up"])
+    run(["ip", "link", "set", veth, "master", bridge])
+    run(["ip", "link", "set", veth, "up"])
 
 
 def _write_hosts(text: str) -> None:
@@ -337,7 +402,7 @@ def command_line(testbed, argv: list[str] | None, name: str, waits_for: str) -> 
             started = time.monotonic()
             bed = testbed.up(args.state_dir, args.timeout)
             print(f"{name} up in {time.monotonic() - started:.1f} s: "
-                  + ", ".join(f"{n.name}={n.ip}" for n in bed.nodes))
+                  + ", ".join(f"{n.name}={n.ip}" + (f" (hsn {n.hsn_ip})" if n.hsn_ip else "") for n in bed.nodes))
             print(testbed.exports(bed))
         elif args.action == "down":
             testbed.down(args.state_dir)

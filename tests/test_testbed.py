@@ -1,8 +1,9 @@
 """The Slurm testbed itself: three idle hosts, MPI across them with PMI2, singletons without it,
-TCP between the hosts, and exit codes of failed batch jobs."""
+TCP between the hosts (on eth0 and on hsn0), and exit codes of failed batch jobs."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -114,6 +115,23 @@ def test_hosts_route_only_the_private_subnet(slurm_testbed):
     default = subprocess.run([*in_second, "ip", "-4", "route", "show", "default"],
                              capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=True)
     assert default.stdout == ""
+
+
+def test_hosts_talk_tcp_over_hsn0(slurm_testbed):
+    # A second network, as a site's Slingshot: a subnet of its own, named NAME.hsn.testbed, while a host's own
+    # name (and so a job's default choice) stays on the management network, eth0.
+    first, second = slurm_testbed.nodes[:2]
+    assert socket.gethostbyname(first.name) == first.ip
+    assert socket.gethostbyname(first.hsn_name) == first.hsn_ip
+    route = subprocess.run(["nsenter", f"--net={second.netns_path}", "ip", "-4", "route", "get", first.hsn_ip],
+                           capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=True)
+    assert "dev hsn0" in route.stdout and f"src {second.hsn_ip}" in route.stdout
+    result = slurm_testbed.run(
+        ["srun", "-N2", "-n2", f"--nodelist={first.name},{second.name}", "--label",
+         PYTHON, "-c", TCP_PROBE],
+        env={**slurm_testbed.env(), "SERVER": first.hsn_name}, timeout=STEP_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"0: server {second.hsn_ip}", "1: client pong ping"]
 
 
 def test_failing_batch_job_reports_exit_code(slurm_testbed, tmp_path):

@@ -2,7 +2,8 @@
 
 The PBS server (with its scheduler, comm and datastore) runs on the host mpiray-pbs-server, the
 machine's end of a private bridge; each of the three moms is a host of its own: a network namespace
-with its own address and hostname, its own PBS_HOME. The hosts share the PID space, the filesystem and
+with its own address and hostname (and a second address on hsn0, a bridge of its own, as a site's
+high-speed network), its own PBS_HOME. The hosts share the PID space, the filesystem and
 the CPUs, like the nodes of a shared HPC machine, and this testbed can be up beside the Slurm one.
 
     python tests/pbs/testbed.py up | down | status | env | available
@@ -35,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: python tests/pbs/testbed.py up
 from netns import (  # noqa: E402
     POLL_INTERVAL_S,
     Daemons,
+    Fabric,
     Network,
     Node,
     TestbedError,
@@ -71,8 +73,13 @@ RUNTIME_PACKAGES = ("postgresql", "postgresql-contrib", "python3", "expat", "lib
 CREATECLUSTER_CONF = Path("/etc/postgresql-common/createcluster.conf")
 PACKAGES_TIMEOUT_S = 900
 CONF = Path("/etc/pbs.conf")  # the server's, and every PBS command's wherever it runs (a job's qsub too)
-SUBNET = ipaddress.ip_network("10.78.0.0/24")  # the Slurm testbed has 10.77.0.0/24
+SUBNET = ipaddress.ip_network("10.78.0.0/24")  # the Slurm testbed has 10.77.0.0/24, and 10.79.0.0/24 on hsn0
 SERVER_IP = "10.78.0.1"
+# The moms' second network, hsn0 (as Polaris's Slingshot); above SUBNET, so that a head without a default route
+# still falls back to eth0's address, the lowest (mpiray/host/network.py head_address).
+HSN_SUBNET = ipaddress.ip_network("10.80.0.0/24")
+HSN_GATEWAY_IP = "10.80.0.1"
+HSN_BRIDGE = "mpiray-pbshsn0"
 # A host name of its own: PBS refuses one that resolves to loopback, as a workstation's own often does.
 SERVER = "mpiray-pbs-server"
 BRIDGE = "mpiray-pbsbr0"
@@ -117,7 +124,7 @@ class Testbed:
     @property
     def network(self) -> Network:
         return Network(BRIDGE, SUBNET, SERVER_IP, self.nodes, "mpiray pbs testbed (tests/pbs/testbed.py)",
-                       extra_names=((SERVER_IP, self.server),))
+                       extra_names=((SERVER_IP, self.server),), fabric=Fabric(HSN_BRIDGE, HSN_SUBNET, HSN_GATEWAY_IP))
 
     @property
     def daemons(self) -> Daemons:
@@ -193,8 +200,8 @@ def describe(state_dir: str | Path | None = None) -> Testbed:
     """The testbed's layout, without touching the machine."""
     if state_dir is None:
         state_dir = os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
-    hosts = list(SUBNET.hosts())
-    nodes = tuple(Node(name=f"mpiray-pbs{i}", ip=str(hosts[9 + i]), veth=f"mpiray-pveth{i}")
+    hosts, hsn_hosts = list(SUBNET.hosts()), list(HSN_SUBNET.hosts())
+    nodes = tuple(Node(name=f"mpiray-pbs{i}", ip=str(hosts[9 + i]), veth=f"mpiray-pveth{i}", hsn_ip=str(hsn_hosts[9 + i]))
                   for i in range(1, NODE_COUNT + 1))
     return Testbed(state_dir=Path(state_dir).resolve(), nodes=nodes, user=os.environ.get(USER_ENV) or DEFAULT_USER)
 
@@ -433,11 +440,12 @@ def status(state_dir: str | Path | None = None) -> str:
     for name in [*SERVER_DAEMONS, *(f"pbs_mom-{node.name}" for node in testbed.nodes)]:
         pid = testbed.daemons.pid(name)
         lines.append(f"{name}: {'running, pid %d' % pid if pid else 'not running'}")
-    lines.append(f"bridge {BRIDGE}: {'present' if link_exists(BRIDGE) else 'absent'}")
+    for bridge in (BRIDGE, HSN_BRIDGE):
+        lines.append(f"bridge {bridge}: {'present' if link_exists(bridge) else 'absent'}")
     for node in testbed.nodes:
         present = node.netns_path.exists()
         extra = f", {len(processes_on(node))} processes" if present else ""
-        lines.append(f"netns {node.name} ({node.ip}): {'present' if present else 'absent'}{extra}")
+        lines.append(f"netns {node.name} ({node.ip}, hsn0 {node.hsn_ip}): {'present' if present else 'absent'}{extra}")
     if testbed.daemons.pid("pbs_server"):
         states = testbed.node_states()
         lines.append("pbsnodes: " + (", ".join(f"{n}={s}" for n, s in states.items()) if states else "no answer"))

@@ -1,7 +1,9 @@
 """A three-host Slurm cluster on one machine, for testing the launcher under real srun/sbatch.
 
-Each compute node is a network namespace with its own address on a private bridge, its own
-hostname (UTS namespace) and its own slurmd; slurmctld and munged run in the root namespace.
+Each compute node is a network namespace with its own address on a private bridge (eth0, the
+management network: its hostname resolves to it), a second one on a bridge of its own (hsn0, as a
+site's high-speed network), its own hostname (UTS namespace) and its own slurmd; slurmctld and
+munged run in the root namespace.
 The nodes share the PID space, the filesystem (/tmp, $HOME) and the CPUs with each other and
 with the host, like the nodes of a shared HPC machine.
 
@@ -32,6 +34,7 @@ from netns import (  # noqa: E402
     COMMAND_TIMEOUT_S,
     POLL_INTERVAL_S,
     Daemons,
+    Fabric,
     Network,
     Node,
     TestbedError,
@@ -54,6 +57,12 @@ MARKER_FILE = ".mpiray-testbed"
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 CONTROLLER_IP = "10.77.0.1"
 BRIDGE = "mpiray-br0"
+# Each node's second network, hsn0, as a site's Slingshot (hsn0) beside its management ethernet. Not 10.78.0.0/24:
+# that is the PBS testbed's, which can be up beside this one. Above 10.77 on purpose: a head without a default
+# route falls back to the lowest address (mpiray/host/network.py head_address), which must stay eth0's.
+HSN_SUBNET = ipaddress.ip_network("10.79.0.0/24")
+HSN_GATEWAY_IP = "10.79.0.1"
+HSN_BRIDGE = "mpiray-hsn0"
 LOGIN_HOST = "mpiray-login"  # the login node: the controller's side of the bridge, a process table of its own
 NODE_COUNT = 3
 CPUS_PER_NODE = 2
@@ -105,7 +114,8 @@ class Testbed:
     @property
     def network(self) -> Network:
         return Network(BRIDGE, SUBNET, self.controller_ip, self.nodes, "mpiray slurm testbed (tests/slurm/testbed.py)",
-                       extra_names=((self.controller_ip, LOGIN_HOST),))
+                       extra_names=((self.controller_ip, LOGIN_HOST),),
+                       fabric=Fabric(HSN_BRIDGE, HSN_SUBNET, HSN_GATEWAY_IP))
 
     @property
     def daemons(self) -> Daemons:
@@ -137,6 +147,11 @@ class Testbed:
     @property
     def node_ips(self) -> list[str]:
         return [node.ip for node in self.nodes]
+
+    @property
+    def node_hsn_ips(self) -> list[str]:
+        """The nodes' addresses on hsn0 (their names: node.hsn_name)."""
+        return [node.hsn_ip for node in self.nodes]
 
     @property
     def nodelist(self) -> str:
@@ -209,9 +224,9 @@ def describe(state_dir: str | Path | None = None) -> Testbed:
     """The testbed's layout, without touching the machine."""
     if state_dir is None:
         state_dir = os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
-    hosts = list(SUBNET.hosts())
+    hosts, hsn_hosts = list(SUBNET.hosts()), list(HSN_SUBNET.hosts())
     nodes = tuple(
-        Node(name=f"mpiray-node{i}", ip=str(hosts[9 + i]), veth=f"mpiray-veth{i}")
+        Node(name=f"mpiray-node{i}", ip=str(hosts[9 + i]), veth=f"mpiray-veth{i}", hsn_ip=str(hsn_hosts[9 + i]))
         for i in range(1, NODE_COUNT + 1)
     )
     return Testbed(state_dir=Path(state_dir).resolve(), nodes=nodes)
@@ -477,11 +492,12 @@ def status(state_dir: str | Path | None = None) -> str:
     for daemon in _daemon_names(testbed):
         pid = testbed.daemons.pid(daemon)
         lines.append(f"{daemon}: {'running, pid %d' % pid if pid else 'not running'}")
-    lines.append(f"bridge {BRIDGE}: {'present' if link_exists(BRIDGE) else 'absent'}")
+    for bridge in (BRIDGE, HSN_BRIDGE):
+        lines.append(f"bridge {bridge}: {'present' if link_exists(bridge) else 'absent'}")
     for node in testbed.nodes:
         present = node.netns_path.exists()
         extra = f", {len(processes_on(node))} processes" if present else ""
-        lines.append(f"netns {node.name} ({node.ip}): {'present' if present else 'absent'}{extra}")
+        lines.append(f"netns {node.name} ({node.ip}, hsn0 {node.hsn_ip}): {'present' if present else 'absent'}{extra}")
     if testbed.conf_path.exists():
         states = testbed.node_states()
         lines.append("sinfo: " + (", ".join(f"{n}={s}" for n, s in states.items())
