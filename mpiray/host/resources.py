@@ -6,13 +6,14 @@ would let each of them count every core and take 30% of the host's memory for it
 
 from __future__ import annotations
 
-import glob
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from mpiray.batch import environment
+from mpiray.host import gpus as gpu_vendors
 from mpiray.host import network
 
 OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
@@ -29,6 +30,8 @@ class HostView:
     shm: int  # bytes of /dev/shm free now (what Ray compares its store with: stale MPI segments count against it)
     gpu_ids: tuple[str, ...] = field(default=())
     shm_total: int = 0  # bytes of /dev/shm in all
+    gpu_vendor: str = gpu_vendors.NONE  # whose GPUs gpu_ids are (host/gpus.py)
+    gpu_source: str = ""  # where they were read
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Share:
     object_store: int
     notes: tuple[str, ...] = ()
     affinity: tuple[int, ...] = ()  # the CPUs the node's processes may run on; () = the rank's own
+    gpu_vendor: str = gpu_vendors.NONE  # whose GPUs gpu_ids are: decides the variables the node is handed
 
 
 GCS_CORE_MIN_CPUS = 8  # --gcs-core auto: a host this big gives the GCS one CPU (12.5% or less)
@@ -55,18 +59,13 @@ def _cgroup_memory_limit() -> int | None:
     return None
 
 
-def visible_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The GPUs a rank may use: what CUDA/ROCm are told, else what the scheduler says, else /dev/nvidia*."""
-    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-        if name in environ:
-            return tuple(x for x in environ[name].split(",") if x.strip() != "")
-    scheduled = environment.detect(environ).gpu_ids
-    if scheduled is not None:
-        return scheduled
-    return tuple(sorted(os.path.basename(p)[len("nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")))
+def visible_gpus(environ: Mapping[str, str], vendor: str = "auto") -> gpu_vendors.Gpus:
+    """The GPUs a rank may use: what a vendor's variables bind, else what the scheduler says, else the node's
+    devices (host/gpus.py); vendor: "auto" or the one to look for (--gpu-vendor)."""
+    return gpu_vendors.find(environ, vendor, environment.detect(environ).gpu_ids)
 
 
-def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
+def probe_host(environ: Mapping[str, str] | None = None, gpu_vendor: str = "auto") -> HostView:
     environ = os.environ if environ is None else environ
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # MemTotal, as psutil's, without its import
     for limit in (_cgroup_memory_limit(), environment.detect(environ).memory):
@@ -77,13 +76,16 @@ def probe_host(environ: Mapping[str, str] | None = None) -> HostView:
         shm, shm_total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
     except OSError:
         shm = shm_total = 0
+    gpus = visible_gpus(environ, gpu_vendor)
     return HostView(
         hostname=socket.gethostname(),
         affinity=tuple(sorted(os.sched_getaffinity(0))),
         memory=memory,
         shm=shm,
-        gpu_ids=visible_gpus(environ),
+        gpu_ids=gpus.ids,
         shm_total=shm_total,
+        gpu_vendor=gpus.vendor,
+        gpu_source=gpus.source,
     )
 
 
@@ -146,7 +148,10 @@ def rank_share(
             f"({shm_share >> 20} MiB of {own.shm >> 20} MiB free, of {own.shm_total >> 20} MiB): using {shm_share >> 20} MiB"
         )
         store = shm_share
-    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity)
+    if own.gpu_ids or gpus:
+        notes.append(f"{own.gpu_vendor or 'no'} GPUs {','.join(own.gpu_ids) or '-'} from {own.gpu_source or '-'}: "
+                     f"this node gets {','.join(gpus) or 'none'}")
+    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity, own.gpu_vendor)
 
 
 def _bound(views: list[HostView]) -> bool:
@@ -205,10 +210,7 @@ def plan_shares(config, views: list[HostView], leader_is_rank0: bool, cpus_per_t
     """
     idle = 0
     if config.ray_node_per == "host":
-        merged = HostView(
-            views[0].hostname, tuple(sorted({c for v in views for c in v.affinity})),
-            views[0].memory, views[0].shm, views[0].gpu_ids, views[0].shm_total,
-        )
+        merged = dataclasses.replace(views[0], affinity=tuple(sorted({c for v in views for c in v.affinity})))
         views, idle = [merged], len(views) - 1
     shares: list[Share | None] = []
     kept = head_core(views, config.gcs_core) if leader_is_rank0 else None

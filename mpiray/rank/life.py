@@ -103,7 +103,7 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     host_comm = comm.split_by_host()
     # The one place a dry run is chosen for the node (the leader's: cli.leader_for); all else is the same code.
     own_node: OwnNode = PlannedNode() if config.dry_run else RealNode()
-    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host(), own_node)
+    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host(gpu_vendor=config.gpu_vendor), own_node)
     if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
         me.hosts = comm.count(host_comm.rank == 0, config.startup_timeout)
     # What a rank sees of its host does not depend on the session: send it before waiting for one.

@@ -17,13 +17,13 @@ from pathlib import Path
 from mpiray import package
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, NodeStartFailed, StartupTimeout
-from mpiray.host import network, processes
+from mpiray.host import gpus, network, processes, sites
 from mpiray.host.preflight import REFUSE, Finding
 from mpiray.host.resources import Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
-from mpiray.raynode import commands, spill
+from mpiray.raynode import commands, raycompat, spill
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import RayNode
 from mpiray.raynode.raycompat import ray_version
@@ -83,9 +83,13 @@ class RealNode:
         env = commands.node_env(
             package.helper_env(dict(os.environ)), spec.share.gpu_ids, str(node.token_path) if node.token_path else None,
             dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
-            private_tmp=str(node.private.path),
+            private_tmp=str(node.private.path), gpu_variables=node_gpu_variables(spec.share),
         )
-        env.update(commands.collective_env(env, network.interface_holding(spec.node_ip), config.interface))
+        site = sites.of(config)
+        for name, value in site.node_env if site else ():  # the site's fabric wants them; a value already set wins
+            env.setdefault(name, value)
+        chosen = bool(config.interface or config.address_rule)
+        env.update(commands.collective_env(env, network.interface_holding(spec.node_ip), chosen, spec.share.gpu_vendor))
         # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
         # as --startup-timeout says instead.
         env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
@@ -133,6 +137,12 @@ class PlannedNode:
                         {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
 
 
+def node_gpu_variables(share: Share) -> dict[str, str | None]:
+    """The visible-device variables of a node of this share: its vendor's, as the installed Ray reads them."""
+    intel = raycompat.intel_visible_variable() if share.gpu_vendor == gpus.INTEL else "ZE_AFFINITY_MASK"
+    return commands.gpu_env(share.gpu_vendor, share.gpu_ids, intel)
+
+
 def job_spill_dir(me: Rank) -> Path:
     """The job's spill dir on this host: --spill-dir's, or in the temp dir (raynode/spill.py)."""
     return spill.job_spill_dir(me.config.spill_dir or me.config.temp_dir, me.current_session.job_id)
@@ -146,7 +156,7 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     autoscaling_config: the head's, where Ray's autoscaler runs (elastic/autoscale.py)."""
     config, session = me.config, me.current_session
     ray_dir = me.own_node.prepare(me)
-    node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip)
+    node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip, config.address_rule)
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
@@ -237,6 +247,9 @@ def write_manifest(me: Rank) -> None:
         ray=ray_version(), python=sys.version.split()[0], mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),
         token=f"sha256:{token}" if me.current_session.token else token,
         cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
+        gpu_vendor=spec.share.gpu_vendor, gpu_source=me.view.gpu_source,
+        gpu_variables={name: node.environment.get(name) for name in gpus.VISIBLE_VARIABLES},
+        site=site.applied() if (site := sites.of(me.config)) else None,
         object_store=spec.share.object_store,
         shm={"free_mib": me.view.shm >> 20, "total_mib": me.view.shm_total >> 20},
         phases={name: round(at - started, 3) for name, at in node.times.items()},

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from mpiray.host import gpus
 from mpiray.host.network import NodePorts
 from mpiray.host.resources import Share
 from mpiray.package import module_command
@@ -161,11 +162,39 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
 GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"
 
 
+def gpu_env(vendor: str, ids: tuple[str, ...], intel_variable: str = "ZE_AFFINITY_MASK") -> dict[str, str | None]:
+    """The visible-device variables a Ray node of vendor's GPUs ids is handed: name -> value, or None to remove.
+
+    Two layers, as each vendor's runtime has them: the runtime's mask narrowed to this node's ids
+    (ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK: physical ids, as the scheduler named them), and the variable
+    the installed Ray reads and sets per GPU task (ray/_private/accelerators/), listing the node's GPUs as
+    Ray will hand them out. Every other vendor's variable goes: Ray 2.52-2.60 raise on an AMD node where
+    ROCR_VISIBLE_DEVICES is set without HIP_VISIBLE_DEVICES; HIP also obeys CUDA_VISIBLE_DEVICES and
+    GPU_DEVICE_ORDINAL, which would index past the narrowed mask (0 GPUs).
+    intel_variable: raycompat.intel_visible_variable(), what the installed Ray reads for Intel GPUs.
+    """
+    env: dict[str, str | None] = dict.fromkeys(gpus.VISIBLE_VARIABLES)
+    listed = ",".join(ids)
+    positions = ",".join(str(i) for i in range(len(ids)))
+    if vendor == gpus.AMD:  # Ray reads HIP_VISIBLE_DEVICES: positions within the mask
+        env.update(ROCR_VISIBLE_DEVICES=listed or None, HIP_VISIBLE_DEVICES=positions)
+    elif vendor == gpus.INTEL and intel_variable == "ZE_AFFINITY_MASK":  # Ray 2.60 reads and sets the mask itself
+        env.update(ZE_AFFINITY_MASK=listed)
+    elif vendor == gpus.INTEL:  # Ray 2.52 reads ONEAPI_DEVICE_SELECTOR, which selects among what the mask left
+        env.update(ZE_AFFINITY_MASK=listed or None, ONEAPI_DEVICE_SELECTOR=f"level_zero:{positions}" if ids else "")
+    else:  # NVIDIA, or no GPU: CUDA_VISIBLE_DEVICES="" keeps a node of 0 GPUs from every device
+        env.update(CUDA_VISIBLE_DEVICES=listed)
+    return env
+
+
 def node_env(
     environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
     dashboard_metrics_port: int | None = None, private_tmp: str | None = None,
+    gpu_variables: dict[str, str | None] | None = None,
 ) -> dict[str, str]:
     """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched).
+
+    gpu_variables: gpu_env()'s, for a node (default: NVIDIA's for gpu_ids).
 
     dashboard_metrics_port: the head's head_ports(spec).dashboard_metrics (Ray reads it from the environment).
     private_tmp: the rank's private dir, as RAY_TMPDIR (unless the user set one): Ray Tune and Train take
@@ -181,7 +210,11 @@ def node_env(
         env["DASHBOARD_METRIC_PORT"] = str(dashboard_metrics_port)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     if gpu_ids is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        for name, value in (gpu_variables or gpu_env(gpus.NVIDIA, gpu_ids)).items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
     if token_path:
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = token_path
@@ -207,22 +240,32 @@ def node_resources(user_resources: str | None, learner_slots: int) -> str:
 
 # The collectives' network (torch.distributed: RLlib's learners, Ray Train). Unset, gloo binds whatever the
 # hostname resolves to (often 127.0.x.x: a group across hosts then fails "connectFullMesh ... Connection
-# refused"; on real sites the management ethernet, not ib0/hsn0); NCCL prefers ib*, then anything but lo.
-# Ray sets neither; a value in a node's `ray start` environment reaches every worker (learner) of the node.
-COLLECTIVE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# refused"; on real sites the management ethernet, not ib0/hsn0); NCCL (and AMD's RCCL, which reads NCCL's
+# variables) prefers ib*, then anything but lo; oneCCL's key-value store picks an interface of its own.
+# Ray sets none of them; a value in a node's `ray start` environment reaches every worker (learner) of the node.
+# Each library's variable, and whether it is set on every node (True) or only where the network was chosen
+# (--interface, --address-rule, a site's row): unchosen, NCCL's own pick (InfiniBand first) beats the
+# route's interface, which may be the management ethernet.
+COLLECTIVES = (
+    ("GLOO_SOCKET_IFNAME", True, ()),  # gloo: torch.distributed's CPU backend
+    ("TP_SOCKET_IFNAME", True, ()),  # tensorpipe: torch.distributed.rpc
+    ("NCCL_SOCKET_IFNAME", False, (gpus.NVIDIA, gpus.AMD, gpus.NONE)),  # NCCL and RCCL's bootstrap and sockets
+    ("CCL_KVS_IFACE", False, (gpus.INTEL,)),  # oneCCL's key-value store (Intel GPUs)
+)
+COLLECTIVE_VARIABLES = tuple(name for name, _, _ in COLLECTIVES)
 
 
-def collective_env(environ: dict[str, str], node_interface: str | None, chosen: str | None) -> dict[str, str]:
-    """What a node's `ray start` environment adds for its learners' collectives: GLOO_SOCKET_IFNAME = the
-    interface that holds the address the node advertises (its own name on each host), and with --interface
-    (chosen) NCCL_SOCKET_IFNAME = that interface; never a variable the user set (a site's module sets NCCL's,
-    and an environment variable overrides /etc/nccl.conf). Nothing else of NCCL or libfabric is touched."""
-    found = {}
-    if node_interface and not environ.get("GLOO_SOCKET_IFNAME"):
-        found["GLOO_SOCKET_IFNAME"] = node_interface
-    if chosen and not environ.get("NCCL_SOCKET_IFNAME"):
-        found["NCCL_SOCKET_IFNAME"] = chosen
-    return found
+def collective_env(environ: dict[str, str], node_interface: str | None, chosen: bool,
+                   vendor: str = gpus.NONE) -> dict[str, str]:
+    """What a node's `ray start` environment adds for its learners' collectives: each library's interface
+    variable = the interface that holds the address the node advertises (its own name on each host); the
+    GPU libraries' (by vendor) only where the network was chosen; never a variable the user set (a site's
+    module sets NCCL's, and an environment variable overrides /etc/nccl.conf). Nothing else of NCCL or
+    libfabric is touched."""
+    if not node_interface:  # an address no interface holds (a NAT): nothing guessed
+        return {}
+    return {name: node_interface for name, always, vendors in COLLECTIVES
+            if (always or (chosen and vendor in vendors)) and not environ.get(name)}
 
 
 def socket_path_problem(ray_dir: str, temp_root: str) -> str | None:

@@ -85,6 +85,22 @@ def agent_http_problem(auth: bool, full_agent: bool, agent_source: str | None = 
             f"then), or pass --no-auth")
 
 
+@functools.cache
+def intel_visible_variable(source: str | None = None) -> str:
+    """The variable the installed Ray reads an Intel GPU node's visible devices from: ZE_AFFINITY_MASK (Ray
+    2.60, ray-project/ray PR#64440), or ONEAPI_DEVICE_SELECTOR (Ray 2.52). Read from Ray's files, not its version.
+
+    source: the text of ray/_private/accelerators/intel_gpu.py (read from the installed Ray)."""
+    if source is None:
+        spec = importlib.util.find_spec("ray")  # does not import Ray
+        try:
+            source = Path(spec.origin).parent.joinpath("_private", "accelerators", "intel_gpu.py").read_text()  # type: ignore[union-attr, arg-type]
+        except (AttributeError, OSError, TypeError):
+            return "ZE_AFFINITY_MASK"  # no Ray here (a dry run's planning host): the current release's
+    reads = re.search(r"def get_visible_accelerator_ids_env_var\(\).*?return (\w+)", source, re.S)
+    return "ZE_AFFINITY_MASK" if reads and reads.group(1).startswith("ZE_AFFINITY_MASK") else "ONEAPI_DEVICE_SELECTOR"
+
+
 def reload_auth_settings() -> None:
     """Have this process's Ray read RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH again.
 

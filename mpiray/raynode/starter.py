@@ -78,11 +78,18 @@ def load_cli(niced: bool):
     loaded = []
     lowered = niced and set_session_nice(IMPORT_NICE, seconds=0.3)
 
+    failed: list[BaseException] = []
+
     def load():
         if niced:
             os.nice(IMPORT_NICE)
-        from ray.scripts.scripts import main
-
+        try:
+            from ray.scripts.scripts import main
+        except ImportError:
+            raise  # printed by the thread's hook: a missing package
+        except Exception as error:  # Ray itself refused this node's environment at import (ray-project/ray#53737)
+            failed.append(error)
+            return
         loaded.append(main)
 
     loader = threading.Thread(target=load, name="import-ray")
@@ -90,6 +97,8 @@ def load_cli(niced: bool):
     loader.join()
     if lowered and not set_session_nice(0, seconds=30):
         print(f"mpiray: WARNING: could not set {AUTOGROUP} back to nice 0: this Ray node runs niced", flush=True)
+    if failed:
+        sys.exit(f"mpiray: Ray refused to start this node: {type(failed[0]).__name__}: {failed[0]}")
     if not loaded:
         sys.exit("mpiray: cannot import Ray's CLI (see the error above): pip install 'ray[default]'")
     return loaded[0]

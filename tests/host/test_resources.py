@@ -66,8 +66,18 @@ def test_gpus_bound_per_rank_stay_with_their_rank():
 
 
 def test_visible_gpus_from_environment():
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}).ids == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}).ids == ()
+    amd = visible_gpus({"SLURM_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": "0,1", "ROCR_VISIBLE_DEVICES": "4,5"})
+    assert (amd.vendor, amd.ids) == ("amd", ("4", "5"))  # Slurm sets both on an AMD node: ROCR's are the GPUs
+
+
+def test_a_share_keeps_its_vendor_and_says_where_its_gpus_came_from():
+    vs = [HostView("h", (0, 1), 24 * GIB, 12 * GIB, ("4", "5", "6", "7"), gpu_vendor="amd",
+                   gpu_source="ROCR_VISIBLE_DEVICES")] * 2
+    share = rank_share(vs, 1)
+    assert (share.gpu_vendor, share.gpu_ids) == ("amd", ("5", "7"))
+    assert any("amd GPUs 4,5,6,7 from ROCR_VISIBLE_DEVICES: this node gets 5,7" in note for note in share.notes)
 
 
 def test_a_host_plan_gives_each_rank_its_share_or_idles_it():

@@ -170,11 +170,17 @@ def test_every_port_of_the_head_is_its_own_and_in_the_block(full_agent, ray_clie
 
 
 def test_each_nodes_learners_are_told_the_interface_of_its_own_address_unless_the_user_chose():
-    assert commands.collective_env({}, "eth0", None) == {"GLOO_SOCKET_IFNAME": "eth0"}
-    assert commands.collective_env({}, "ib0", "ib0") == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+    assert commands.collective_env({}, "eth0", False) == {"GLOO_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0"}
+    assert commands.collective_env({}, "ib0", True) == {"GLOO_SOCKET_IFNAME": "ib0", "TP_SOCKET_IFNAME": "ib0",
+                                                        "NCCL_SOCKET_IFNAME": "ib0"}
+    # By vendor: NCCL's variable for NVIDIA and AMD (RCCL reads it), oneCCL's for Intel.
+    assert commands.collective_env({}, "hsn0", True, "amd")["NCCL_SOCKET_IFNAME"] == "hsn0"
+    intel = commands.collective_env({}, "hsn0", True, "intel")
+    assert intel["CCL_KVS_IFACE"] == "hsn0" and "NCCL_SOCKET_IFNAME" not in intel
     # What the user (or a site's module) set stays, for gloo and NCCL alike: an env var overrides /etc/nccl.conf.
-    assert commands.collective_env({"GLOO_SOCKET_IFNAME": "hsn0", "NCCL_SOCKET_IFNAME": "=hsn0"}, "eth0", "hsn0") == {}
-    assert commands.collective_env({}, None, None) == {}  # an address no interface holds (a NAT): nothing guessed
+    assert commands.collective_env({"GLOO_SOCKET_IFNAME": "hsn0", "NCCL_SOCKET_IFNAME": "=hsn0", "TP_SOCKET_IFNAME": "x"},
+                                   "eth0", True) == {}
+    assert commands.collective_env({}, None, True) == {}  # an address no interface holds (a NAT): nothing guessed
 
 
 def test_every_node_offers_learner_slots_beside_the_users_own_resources():

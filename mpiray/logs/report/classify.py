@@ -117,6 +117,11 @@ CAUSES = {
         "a node that held an RLlib learner was lost: RLlib does not restart learners, so the training failed",
         "run the job again (requeue, qrerun, or the same command): the trainer continues from its last checkpoint; "
         "a node that fails often: see its rank's log and Ray's logs for why it went"),
+    "ray_refused_node": Cause(
+        "Ray itself refused to start a node: its own check of the node's environment failed (quoted above)",
+        "do what Ray's message says. mpiray hands each node its GPU vendor's variables as the installed Ray reads "
+        "them (docs/sites.md); if you set ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK or "
+        "ONEAPI_DEVICE_SELECTOR for the driver yourself, set them as Ray asks, or give --gpu-vendor (or --site)"),
     "config": Cause("an option or input was not valid", "see the message; `mpiray run --help` lists the options"),
     "unexpected": Cause("an unexpected failure inside mpiray", "please report it with the rank's log"),
 }
@@ -131,6 +136,9 @@ RAY_SIGNS = (
     ("foreign_gcs", re.compile(r"UNAUTHENTICATED|Unauthenticated|[Ii]nvalid (?:authentication )?token|"
                                r"[Tt]oken authentication failed|cluster ID mismatch|[Cc]luster ID .* does not match")),
     ("gcs_overloaded", re.compile(r"timed out during startup")),
+    # Ray's accelerator managers' checks (ray/_private/accelerators/, resource_and_label_spec.py)
+    ("ray_refused_node", re.compile(r"Ray refused to start this node|Please use \w+ instead of \w+|"
+                                    r"Attempting to start raylet with .* but \w+ contains|Inconsistent values")),
 )
 VAGUE = {"", "head_lost", "startup_timeout", "driver_failed", "unexpected", "signal"}
 
