@@ -26,6 +26,9 @@ class Config:
     time_limit: float | None = None
     walltime_margin: float | None = None  # seconds before the batch job's end to stop the driver (None: auto)
     interface: str | None = None
+    address_rule: str | None = None  # a site's name for a node's high-speed address: '{host}.hsn.example.org'
+    gpu_vendor: str = "auto"  # whose GPUs to look for: "auto", "nvidia", "amd" or "intel" (host/gpus.py)
+    site: str | None = None  # a named site's row (host/sites.py), applied to the options the user left unset
     temp_dir: Path = Path("/tmp")
     spill_dir: Path | None = None  # the root of each host's spill dir (default: temp_dir)
     auth: bool = True

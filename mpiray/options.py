@@ -21,6 +21,7 @@ from mpiray import values
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.console import close_matches, say, unknown_settings
 from mpiray.errors import ConfigError
+from mpiray.host import sites
 from mpiray.raynode import private
 from mpiray.values import BadValue
 
@@ -146,6 +147,16 @@ OPTIONS = (
            "--signal=TERM@N instead; 0: never", values.seconds, shown_default="PBS: --stop-grace + 30; else off"),
     Option("interface", None, "network interface whose address the nodes advertise, e.g. ib0 or hsn0",
            values.interface, shown_default="the one that routes to the head"),
+    Option("address_rule", None, "the site's name of a node's address on the fast network, from its hostname: {host} "
+           "(short) or {hostname}, e.g. '{host}.hsn.cm.polaris.alcf.anl.gov' or '{host}i'; each node resolves its own "
+           "and advertises and binds there (a name that does not resolve to an address of the node: exit 2)",
+           values.address_rule, shown_default="none"),
+    Option("gpu_vendor", "auto", "whose GPUs the nodes have: auto looks for AMD's, then Intel's, then NVIDIA's (Ray's "
+           "order), in the variables the scheduler binds them with, then in the devices",
+           choices=("auto", "nvidia", "amd", "intel")),
+    Option("site", None, "a named site's settings (docs/sites.md): its network (--interface or --address-rule), GPU vendor, "
+           "fabric variables and required batch directives, where not given otherwise", choices=tuple(sites.BY_NAME),
+           shown_default="none"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
            "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp", default_from=default_temp_dir),
     Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "
@@ -261,6 +272,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             setattr(args, name, BY_NAME[name].take(value))
         except BadValue as error:  # worded as argparse words a flag's
             parser.error(f"argument {BY_NAME[name].flag}: {error}")
+    if args.interface and args.address_rule:
+        parser.error("give --interface or --address-rule, not both: each names the network the nodes advertise")
     if args.join and args.autoscale:
         parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):
@@ -270,7 +283,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
     if args.redis_password is not None:
         say(environ, "warning", "--redis-password is ignored: Ray no longer uses Redis; the cluster "
             "is protected by a per-job token instead (see --auth).")
-    return Config(driver=tuple(driver), **{o.name: getattr(args, o.name) for o in OPTIONS})
+    return sites.apply(Config(driver=tuple(driver), **{o.name: getattr(args, o.name) for o in OPTIONS}))
 
 
 def library_config(options: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Config:

@@ -164,6 +164,24 @@ def interface(value: str) -> str:
     return value
 
 
+def address_rule(value: str) -> str:
+    """A site's naming rule for a node's high-speed address: the hostname as {host} (short) or {hostname}."""
+    import string
+
+    text = _text(value, "{host}.hsn.cm.polaris.alcf.anl.gov").strip()
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as error:  # a lone { or }
+        raise BadValue(f"{text!r}: {error} (write the hostname as {{host}}, e.g. {{host}}.hsn.cm.polaris.alcf.anl.gov)") \
+            from None
+    unknown = sorted(set(fields) - {"host", "hostname"})
+    if unknown or not fields:
+        raise BadValue(f"{text!r} names {', '.join('{' + f + '}' for f in unknown) or 'no hostname'}: write the host's "
+                       f"short name as {{host}} or its whole name as {{hostname}}, e.g. {{host}}.hsn.cm.polaris.alcf.anl.gov "
+                       f"or {{host}}i")
+    return text
+
+
 def job_id(value: str | int) -> str:
     """A job id as text, or a scheduler's number as it is (4711)."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else _text(value, "4711")

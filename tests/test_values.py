@@ -25,6 +25,8 @@ TAKEN = [
     (values.resources, '{"b": 1, "a": 2.5}', '{"a": 2.5, "b": 1}'),  # sorted: the same resources, the same text
     (values.bounds, "1:8", "1:8"),
     (values.interface, "ib0", "ib0"),
+    (values.address_rule, "{host}.hsn.cm.polaris.alcf.anl.gov", "{host}.hsn.cm.polaris.alcf.anl.gov"),
+    (values.address_rule, " {host}i", "{host}i"),
     (values.job_id, "1234_5_.pbs01+a-b", "1234_5_.pbs01+a-b"),
     (values.boolean, "yes", True), (values.boolean, " Off ", False), (values.boolean, "1", True),
     (values.command, "python my.py --x 'a b'", ["python", "my.py", "--x", "a b"]),
@@ -62,6 +64,10 @@ REFUSED = [
     (values.bounds, "8", "not MIN:MAX: '8' (e.g. 1:8: at least 1 node, at most 8)"),
     (values.bounds, "3:1", "'3:1': MIN must be at least 1 and at most MAX"),
     (values.interface, "", "empty interface name: give one, e.g. ib0, or leave it out"),
+    (values.address_rule, "{node}-hsn", "'{node}-hsn' names {node}: write the host's short name as {host} or its whole "
+                                         "name as {hostname}, e.g. {host}.hsn.cm.polaris.alcf.anl.gov or {host}i"),
+    (values.address_rule, "{host", "'{host': expected '}' before end of string (write the hostname as {host}, e.g. "
+                                   "{host}.hsn.cm.polaris.alcf.anl.gov)"),
     (values.job_id, "../x", "not a job id: '../x' (use up to 100 letters, digits and . _ + -, not '.' or '..'; "
                             "it names a directory under --log-dir)"),
     (values.boolean, "maybe", "'maybe' is not a boolean: use 1/0, true/false, yes/no"),

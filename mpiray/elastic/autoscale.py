@@ -25,6 +25,7 @@ from mpiray.batch.systems import SYSTEMS
 from mpiray.config import Config, parse_bounds
 from mpiray.elastic.registry import Registry, private_root
 from mpiray.errors import ConfigError
+from mpiray.host import sites
 from mpiray.host.resources import Share
 from mpiray.logs.events import RankLog
 
@@ -96,6 +97,13 @@ class Autoscale:
         env["MPIRAY_REGISTRY"] = str(self.registry.root)
         env.update(package.helper_env({}))  # PYTHONPATH, where mpiray is not installed (a checkout)
         directives, setup = self._template()
+        # The site's required directives (Polaris refuses a job without -l filesystems=), and the network and
+        # GPU choices the head job made, so that each worker job's node chooses as the job's own nodes did.
+        directives += sites.missing_directives(sites.of(config), self.scheduler, directives)
+        for option, value in (("site", config.site), ("interface", config.interface),
+                              ("address_rule", config.address_rule), ("gpu_vendor", config.gpu_vendor)):
+            if value and value != "auto":
+                env[f"MPIRAY_{option.upper()}"] = value
         job = WorkerJob(cluster=self.job_id, python=sys.executable,
                               log_dir=str(self.job_dir), cpus=max(cpus, 1), gpus=gpus, directives=directives,
                               setup=setup, env=env, stop_grace=config.stop_grace)

@@ -183,7 +183,7 @@ class Head(RankZero):
         job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
         me.log.open(config.log_dir / job_id)
         log_context(me, job_id)
-        head_ip = network.head_address(config.interface)
+        head_ip = network.head_address(config.interface, config.address_rule)
         if config.port and not network.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
         share, ports = split_host_first(me, job_id, gcs_port=config.port)

@@ -16,7 +16,7 @@ import time
 from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, VersionSkew
-from mpiray.host import network, preflight
+from mpiray.host import network, preflight, sites
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import STARTUP_POLL, Rank
@@ -134,6 +134,11 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
         found = every[ranks[0]].versions  # in ORDER
         rows.append({"hosts": hosts, "ranks": ranks, "versions": found})
         lines.append(f"{_where(hosts, ranks)}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+        print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
+    site = sites.of(me.config)
+    if site is not None:  # what --site set (host/sites.py), beside what the ranks run
+        applied = site.applied()
+        lines.append(f"site {site.name} ({site.title}): " + ", ".join(f"{k} {v}" for k, v in applied.items() if k != "site"))
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     me.log.event("preflight", groups=rows, summary=" / ".join(lines))
     findings = [(hello.host, f) for _, hello in sorted(every.items()) for f in hello.findings]
