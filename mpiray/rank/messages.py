@@ -128,6 +128,9 @@ class Cluster:
     stop_grace: float
     private_dir: str | None = None  # rank 0's: the driver's RAY_TMPDIR
     restart: str | None = None  # the batch system started this job again: "restart 1 (SLURM_RESTART_COUNT)"
+    # The driver's visible-device variables (commands.gpu_env for all of rank 0's GPUs): on an AMD node `import ray`
+    # raises where Slurm's ROCR_VISIBLE_DEVICES is set without HIP_VISIBLE_DEVICES (ray-project/ray#53737).
+    driver_gpus: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def total_cpus(self) -> int:
@@ -140,6 +143,11 @@ class Cluster:
     def driver_env(self, environ: dict[str, str]) -> dict[str, str]:
         """environ plus what a driver needs to find and use the cluster: RAY_ADDRESS, the token, MPIRAY_*."""
         env = node_env(dict(environ), None, self.token_path, private_tmp=self.private_dir)
+        for name, value in self.driver_gpus:
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         env.update(
             RAY_ADDRESS=self.session.gcs_address,
             MPIRAY_JOB_ID=self.session.job_id,

@@ -19,7 +19,7 @@ from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, NodeStartFailed, StartupTimeout
 from mpiray.host import gpus, network, processes, sites
 from mpiray.host.preflight import REFUSE, Finding
-from mpiray.host.resources import Share
+from mpiray.host.resources import HostView, Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
@@ -141,6 +141,15 @@ def node_gpu_variables(share: Share) -> dict[str, str | None]:
     """The visible-device variables of a node of this share: its vendor's, as the installed Ray reads them."""
     intel = raycompat.intel_visible_variable() if share.gpu_vendor == gpus.INTEL else "ZE_AFFINITY_MASK"
     return commands.gpu_env(share.gpu_vendor, share.gpu_ids, intel)
+
+
+def driver_gpu_variables(view: HostView) -> tuple[tuple[str, str | None], ...]:
+    """The driver's: every GPU rank 0 found, named as the installed Ray reads them; none where it found none
+    (a driver's own CUDA_VISIBLE_DEVICES then stays as the user set it)."""
+    if view.gpu_vendor == gpus.NONE:
+        return ()
+    share = Share(0, view.gpu_ids, 0, 0, gpu_vendor=view.gpu_vendor)
+    return tuple(sorted(node_gpu_variables(share).items()))
 
 
 def job_spill_dir(me: Rank) -> Path:

@@ -38,6 +38,10 @@ def test_a_cause_mpiray_named_wins_and_a_vague_one_gives_way_to_what_ray_logged(
     ("Failed to get cluster ID from GCS server: Unauthenticated: RPC error: InvalidAuthToken", "foreign_gcs"),
     ("AF_UNIX path length cannot exceed 107 bytes", "socket_path_too_long"),
     ("Exception: The current node timed out during startup.", "gcs_overloaded"),
+    ("mpiray: Ray refused to start this node: RuntimeError: Please use HIP_VISIBLE_DEVICES instead of "
+     "ROCR_VISIBLE_DEVICES", "ray_refused_node"),
+    ("ValueError: Attempting to start raylet with 4 GPU, but CUDA_VISIBLE_DEVICES contains ['0', '1'].",
+     "ray_refused_node"),
 ])
 def test_each_sign_in_rays_logs_names_its_cause(line, cause):
     assert found([entry(0), entry(1, "failed", "", "`ray start` exited with code 1")], ray_logs={1: f"...\n{line}\n..."}) == \
