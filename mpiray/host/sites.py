@@ -38,15 +38,16 @@ class Site:
     job_script: str = ""  # in jobs/
     sources: tuple[str, ...] = field(default=())
 
-    def applied(self) -> dict[str, object]:
-        """What --site sets, for the manifest and the pre-flight table."""
+    def applied(self, config: Config) -> dict[str, object]:
+        """What the job runs with under this site (config: after apply(), the user's own choices kept), for the
+        manifest and the pre-flight table."""
         facts: dict[str, object] = {"site": self.name}
-        if self.interface:
-            facts["interface"] = self.interface
-        if self.address_rule:
-            facts["address_rule"] = self.address_rule
-        if self.gpu_vendor != "auto":
-            facts["gpu_vendor"] = self.gpu_vendor
+        if config.interface:
+            facts["interface"] = config.interface
+        if config.address_rule:
+            facts["address_rule"] = config.address_rule
+        if config.gpu_vendor != "auto":
+            facts["gpu_vendor"] = config.gpu_vendor
         if self.node_env:
             facts["node_env"] = dict(self.node_env)
         if self.directives:
@@ -66,7 +67,7 @@ SITES = (
     Site("kestrel-gpu", "NREL Kestrel, GPU nodes (4x NVIDIA H100, 128 cores)", "slurm",
          "srun --mpi=pmi2 --gpus-per-node=4", interface="hsn0", gpu_vendor=gpus.NVIDIA, gpus_per_node=4,
          node_local_temp="$TMPDIR (/tmp/scratch/$SLURM_JOB_ID)", container="Apptainer (--nv)",
-         job_script="slurm_kestrel_gpu.sh",
+         job_script="slurm_kestrel.sh",
          sources=("NREL HPC docs, Kestrel GPU nodes: 4x H100, two Slingshot NICs (hsn0, hsn1)",)),
     Site("polaris", "ALCF Polaris (4x NVIDIA A100 per node)", "pbs",
          "PALS mpiexec --ppn 1 --depth 64 --cpu-bind depth",

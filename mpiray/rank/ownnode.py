@@ -258,7 +258,7 @@ def write_manifest(me: Rank) -> None:
         cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
         gpu_vendor=spec.share.gpu_vendor, gpu_source=me.view.gpu_source,
         gpu_variables={name: node.environment.get(name) for name in gpus.VISIBLE_VARIABLES},
-        site=site.applied() if (site := sites.of(me.config)) else None,
+        site=site.applied(me.config) if (site := sites.of(me.config)) else None,
         object_store=spec.share.object_store,
         shm={"free_mib": me.view.shm >> 20, "total_mib": me.view.shm_total >> 20},
         phases={name: round(at - started, 3) for name, at in node.times.items()},

@@ -137,7 +137,7 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     site = sites.of(me.config)
     if site is not None:  # what --site set (host/sites.py), beside what the ranks run
-        applied = site.applied()
+        applied = site.applied(me.config)
         lines.append(f"site {site.name} ({site.title}): " + ", ".join(f"{k} {v}" for k, v in applied.items() if k != "site"))
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     me.log.event("preflight", groups=rows, summary=" / ".join(lines))
