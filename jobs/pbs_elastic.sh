@@ -6,6 +6,11 @@
 #
 #   cd /where/logs/should/go && qsub /path/to/jobs/pbs_elastic.sh
 #
+# On Polaris (untested there: whether its compute nodes may qsub is not known), the head job needs the
+# site's own lines, and MPIRAY_SITE=polaris gives each worker job -l filesystems=home:eagle and the
+# head's network (docs/sites.md):
+#   qsub -q debug -l select=1:system=polaris -l filesystems=home:eagle -v MPIRAY_SITE=polaris jobs/pbs_elastic.sh
+#
 #PBS -N ray-elastic
 #PBS -A myproject
 #PBS -q workq
@@ -16,13 +21,12 @@
 # ---- settings: edit them here, or pass them with `qsub -v NAME=value,...` (or qsub -V) -------
 # The mpiray checkout (start_ray.py), on a filesystem that every node sees.
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
-# How to enter the Python environment (the worker jobs enter it too: jobs/pbs_worker_template.sh).
-# What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
-# psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
-# start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
-# with the site's MPI loaded: MPICC=cc pip install --no-cache-dir --no-binary mpi4py "$MPIRAY_DIR[train]" (or
-# `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
-ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
+# How to enter the Python environment (the worker jobs enter it too: jobs/pbs_worker_template.sh): the
+# checkout's venv, made once on a login node with mpi4py built against the site's MPI (docs/install.md;
+# on Polaris, from the conda module's Python with Cray MPICH's `cc`, its section "Polaris"):
+#   module use /soft/modulefiles && module load conda && conda activate base
+#   PYTHON=python3 MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh
+ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && source $MPIRAY_DIR/.venv/bin/activate"}
 MIN_NODES=${MIN_NODES:-1}
 MAX_NODES=${MAX_NODES:-8}
 # What rank 0 runs: by default a trainer that uses the nodes that arrive, MAX_NODES trials (each its own

@@ -1,10 +1,14 @@
 #!/bin/bash
 # A Ray cluster over PBS Pro nodes (ALCF Polaris): one launcher rank, hence one Ray node, per
 # node, started by Cray's PALS mpiexec. Rank 0 runs the Ray head and the driver; the job's exit
-# code is the driver's.
+# code is the driver's. --site polaris (MPIRAY_SITE): each node advertises its Slingshot address
+# ($(hostname).hsn.cm.polaris.alcf.anl.gov) and gets its 4 A100s as CUDA_VISIBLE_DEVICES (docs/sites.md).
 #
 #   cd /where/logs/should/go && qsub /path/to/jobs/pbs_polaris.sh
 #   qsub -l select=8:system=polaris jobs/pbs_polaris.sh     # more nodes: nothing else to change
+#   qsub -v MPIRAY_DRY_RUN=1 jobs/pbs_polaris.sh            # the planned cluster, no Ray
+#
+# qsub refuses a Polaris job without -l filesystems= (name the file systems your job uses).
 #
 #PBS -N ray-polaris
 #PBS -A myproject
@@ -19,20 +23,19 @@
 # (`NAME=value qsub ...` alone passes nothing: PBS gives a job little of qsub's environment.)
 # The mpiray checkout (start_ray.py), on a filesystem that every node sees.
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
-# How to enter the Python environment with Ray and an mpi4py built against Cray MPICH.
-# What the environment ENV_SETUP enters must hold: Ray 2.54-2.60 with its dashboard agent and RLlib,
-# psutil, and mpi4py built against the site's MPI; for the default driver (the trainer, train/ beside
-# start_ray.py: found by path, nothing of mpiray need be installed) torch and gymnasium too. In one line,
-# with the site's MPI loaded: MPICC=cc pip install --no-cache-dir --no-binary mpi4py "$MPIRAY_DIR[train]" (or
-# `MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh` for a venv of the checkout's own).
-ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && conda activate base"}
+# How to enter the Python environment: the checkout's venv, made once on a login node from the conda
+# module's Python, with mpi4py built against Cray MPICH (docs/install.md, "Polaris"):
+#   module use /soft/modulefiles && module load conda && conda activate base
+#   PYTHON=python3 MPIRAY_SITE_MPI=1 MPICC=cc bash jobs/setup_env.sh
+ENV_SETUP=${ENV_SETUP:-"module use /soft/modulefiles && module load conda && source $MPIRAY_DIR/.venv/bin/activate"}
+# The site's settings (mpiray/host/sites.py); MPIRAY_SITE= (empty) runs without. A setting of yours wins:
+# MPIRAY_INTERFACE=hsn0 (or MPIRAY_ADDRESS_RULE) replaces its network, MPIRAY_GPU_VENDOR its vendor.
+export MPIRAY_SITE=${MPIRAY_SITE-polaris}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus 4 --stop-timesteps 1000000"}
 # Hardware threads per rank (a Polaris node has 64) and GPUs per Ray node (4 A100s).
 DEPTH=${DEPTH:-64}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
-# The network the Ray nodes talk over: the Slingshot interface (`ip -br addr` on a compute node).
-export MPIRAY_INTERFACE=${MPIRAY_INTERFACE:-hsn0}
 # Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint (the trainer: this less 2 s, at the
 # end of its current iteration). PBS warns no job before its walltime: mpiray reads the walltime from qstat
 # and stops the driver this long plus 30 s before it ends (--walltime-margin), so the walltime stop gets the
@@ -53,7 +56,7 @@ cd "$PBS_O_WORKDIR" || exit 1
 
 nodes=$(sort -u "$PBS_NODEFILE" | wc -l)
 job_id=${PBS_JOBID%%.*}  # "1234.polaris-pbs-01..." -> "1234", as the launcher names logs/JOB_ID
-echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers"
+echo "job $job_id: Ray on $nodes nodes, 1 head + $((nodes - 1)) workers (site ${MPIRAY_SITE:-none})"
 
 # What this job does not need:
 # - no fixed waits: each rank waits until the GCS lists its own Ray node, then rank 0 starts the
