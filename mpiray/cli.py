@@ -27,6 +27,7 @@ from mpiray.leaders.dryrun import DryRunLeader
 from mpiray.options import parse_args
 from mpiray.rank import life, preflight
 from mpiray.rank.state import Leader
+from mpiray.raynode import container as containers
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
 TRAINER_MODULES = ("gymnasium", "torch")
@@ -37,7 +38,8 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
     """`mpiray run ...` / `python start_ray.py ...`: this rank's part of the cluster; every rank's exit code."""
     try:
         config = parse_args(argv, prog=prog)
-        preflight.check_ray_install(config.auth)
+        if not config.container:  # with one, the image's Ray is checked on every host (the pre-flight)
+            preflight.check_ray_install(config.auth)
         leader = leader_for(config)
     except ConfigError as error:
         say(os.environ, "error", str(error))
@@ -55,8 +57,10 @@ def leader_for(config: Config) -> Leader:
         from mpiray.leaders.stay import StayLeader  # a joining job's alone: off every other rank's start
 
         return StayLeader()
-    check_default_driver(config)
-    return CommandLeader(config.driver)
+    box = containers.of(config)
+    if box is None:  # in an image, the trainer's packages are the image's: its driver says what it lacks
+        check_default_driver(config)
+    return CommandLeader(config.driver, box)
 
 
 def entry(module: str) -> Callable[[Sequence[str]], int]:

@@ -29,6 +29,8 @@ class Config:
     address_rule: str | None = None  # a site's name for a node's high-speed address: '{host}.hsn.example.org'
     gpu_vendor: str = "auto"  # whose GPUs to look for: "auto", "nvidia", "amd" or "intel" (host/gpus.py)
     site: str | None = None  # a named site's row (host/sites.py), applied to the options the user left unset
+    container: str | None = None  # "KIND:IMAGE": every `ray start` and the driver run in the image (container.py)
+    container_flags: str | None = None  # the runtime's own extra options, as one shell-quoted string
     temp_dir: Path = Path("/tmp")
     spill_dir: Path | None = None  # the root of each host's spill dir (default: temp_dir)
     auth: bool = True

@@ -34,6 +34,12 @@ class ConfigError(LaunchError):
     cause = "config"
 
 
+class ImageFailed(ConfigError):
+    """--container: the runtime or the image does not run on a host (the pre-flight's probe, before any node)."""
+
+    cause = "image_failed"
+
+
 class PortInUse(ConfigError):
     cause = "port_in_use"
 

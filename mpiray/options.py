@@ -157,6 +157,14 @@ OPTIONS = (
     Option("site", None, "a named site's settings (docs/sites.md): its network (--interface or --address-rule), GPU vendor, "
            "fabric variables and required batch directives, where not given otherwise", choices=tuple(sites.BY_NAME),
            shown_default="none"),
+    Option("container", None, "KIND:IMAGE: every `ray start` and the driver run inside the image (KIND: apptainer, "
+           "singularity, podman, podman-hpc, charliecloud, shifter, enroot); the ranks stay on the host and need no Ray "
+           "(docs/containers.md)", values.container, shown_default="none: Ray from the ranks' own environment",
+           not_a_keyword="init() makes the calling script the driver, on the host: Ray must be importable there; "
+           "mpiray run --container runs the driver in the image"),
+    Option("container_flags", None, "the container runtime's own extra options, e.g. '--nv' (Apptainer's NVIDIA "
+           "GPUs) or '--rocm'", values.shell_words, shown_default="none",
+           not_a_keyword="it goes with --container, which init() does not take"),
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
            "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp", default_from=default_temp_dir),
     Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "

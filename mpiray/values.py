@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from mpiray.batch import environment
 from mpiray.config import parse_bounds
+from mpiray.raynode import container as containers
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off"}
@@ -179,6 +180,23 @@ def address_rule(value: str) -> str:
         raise BadValue(f"{text!r} names {', '.join('{' + f + '}' for f in unknown) or 'no hostname'}: write the host's "
                        f"short name as {{host}} or its whole name as {{hostname}}, e.g. {{host}}.hsn.cm.polaris.alcf.anl.gov "
                        f"or {{host}}i")
+    return text
+
+
+def container(value: str) -> str:
+    """--container KIND:IMAGE: a runtime mpiray knows and an image reference."""
+    text = _text(value, "apptainer:/path/ray.sif").strip()
+    try:
+        containers.parse(text)
+    except ValueError as error:
+        raise BadValue(str(error)) from None
+    return text
+
+
+def shell_words(value: str) -> str:
+    """A command line's words as one string, split as a shell would (--container-flags)."""
+    text = _text(value, "--nv")
+    command(text)
     return text
 
 

@@ -38,12 +38,14 @@ def test_the_options_page_shows_the_table_the_declaration_makes():
 
 def test_what_the_options_page_calls_no_init_keyword_init_refuses_with_the_reason():
     refused = [option for option in OPTIONS if option.not_a_keyword]
-    assert [option.name for option in refused] == ["dry_run"]
+    assert [option.name for option in refused] == ["container", "container_flags", "dry_run"]
     for option in refused:
-        with pytest.raises(ConfigError, match=f"mpiray.init\\(\\) does not take {option.name}=.*mpiray run --dry-run"):
+        with pytest.raises(ConfigError, match=f"mpiray.init\\(\\) does not take {option.name}=.*"
+                                              f"{re.escape(option.not_a_keyword)}"):
             library_config({option.name: True}, {})
+        example = {"container": "apptainer:/images/ray.sif", "container_flags": "--nv"}.get(option.name, "1")
         with pytest.raises(ConfigError, match=f"{option.variable} is set, which mpiray.init\\(\\) does not take"):
-            library_config({}, {option.variable: "1"})
+            library_config({}, {option.variable: example})
 
 
 def test_config_has_exactly_the_declared_options_with_their_defaults():

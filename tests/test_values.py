@@ -27,6 +27,9 @@ TAKEN = [
     (values.interface, "ib0", "ib0"),
     (values.address_rule, "{host}.hsn.cm.polaris.alcf.anl.gov", "{host}.hsn.cm.polaris.alcf.anl.gov"),
     (values.address_rule, " {host}i", "{host}i"),
+    (values.container, "apptainer:/images/ray.sif", "apptainer:/images/ray.sif"),
+    (values.container, "podman:localhost/ray:2.60", "podman:localhost/ray:2.60"),
+    (values.shell_words, "--nv --bind /scratch", "--nv --bind /scratch"),
     (values.job_id, "1234_5_.pbs01+a-b", "1234_5_.pbs01+a-b"),
     (values.boolean, "yes", True), (values.boolean, " Off ", False), (values.boolean, "1", True),
     (values.command, "python my.py --x 'a b'", ["python", "my.py", "--x", "a b"]),
@@ -64,6 +67,12 @@ REFUSED = [
     (values.bounds, "8", "not MIN:MAX: '8' (e.g. 1:8: at least 1 node, at most 8)"),
     (values.bounds, "3:1", "'3:1': MIN must be at least 1 and at most MAX"),
     (values.interface, "", "empty interface name: give one, e.g. ib0, or leave it out"),
+    (values.container, "docker:ray", "'docker' is no container runtime mpiray knows: give one of apptainer, singularity, "
+                                     "charliecloud, shifter, podman, podman-hpc, enroot"),
+    (values.container, "/images/ray.sif", "not KIND:IMAGE: '/images/ray.sif' (e.g. apptainer:/path/ray.sif or "
+                                          "podman:localhost/ray:2.60)"),
+    (values.shell_words, "--bind '/x", "No closing quotation (it is split like a shell command line: close the quote "
+                                       "or escape it)"),
     (values.address_rule, "{node}-hsn", "'{node}-hsn' names {node}: write the host's short name as {host} or its whole "
                                          "name as {hostname}, e.g. {host}.hsn.cm.polaris.alcf.anl.gov or {host}i"),
     (values.address_rule, "{host", "'{host': expected '}' before end of string (write the hostname as {host}, e.g. "

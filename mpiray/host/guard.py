@@ -6,6 +6,8 @@ private dir, with the cluster's token in it, would stay in /tmp forever. The gua
 from the rank. Lines it understands:
     group PGID START   the node's process group (its leader's start time, /proc/PID/stat field 22)
     spill NODE PATH    the job's spill dir on this host, and the node's id there ("-" before it is known)
+    remove ARGV...     a command that removes a container by name (podman's: its conmon outlives a killed
+                       client), shell-quoted: the node's, and on rank 0 the driver's
     done               the rank tidied up itself: exit and touch nothing
 End of file without "done" means the rank died: SIGKILL the group (unless its id was recycled:
 a process with pid PGID exists but started at another time), wait until the group is empty (at
@@ -19,9 +21,11 @@ raynode/spill.py remove_spilled.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -113,8 +117,21 @@ def remove_spilled(path: Path, node_id: str | None) -> None:
         pass
 
 
+REMOVE_TIMEOUT = 60.0  # podman rm --force --time=0 of one container
+
+
+def remove_container(argv: list[str]) -> None:
+    """A container its client left running (podman's, under conmon): removed by its name, once."""
+    try:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=REMOVE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def main(private_dir: Path, kept_logs: Path) -> None:
     group = spill = None
+    removes: list[list[str]] = []
     for line in sys.stdin:
         words = line.rstrip("\n").split(" ", 2)
         if words == ["done"]:
@@ -123,8 +140,12 @@ def main(private_dir: Path, kept_logs: Path) -> None:
             group = int(words[1]), words[2]
         elif len(words) == 3 and words[0] == "spill":
             spill = Path(words[2]), None if words[1] == "-" else words[1]
+        elif words[0] == "remove":
+            removes.append(shlex.split(line.rstrip("\n")[len("remove "):]))
     if group is not None:
         kill_group(*group)
+    for remove in removes:
+        remove_container(remove)
     try:
         keep_ray_logs(private_dir / "ray", kept_logs)
     finally:

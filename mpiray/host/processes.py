@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -105,6 +106,10 @@ class Guard:
         """The job's spill dir on this host and this rank's node's id in it (None before it is known): if the
         rank dies, the node's spilled objects go, and the dir once no node's are left (guard.remove_spilled)."""
         self._say(f"spill {node_id or '-'} {path}")
+
+    def remove_container(self, argv: list[str]) -> None:
+        """If the rank dies: argv removes the node's container by name (podman's outlives a killed client)."""
+        self._say("remove " + shlex.join(argv))
 
     def release(self, timeout: float = 5.0) -> None:
         """This rank tidied up itself: the guard exits without touching anything."""

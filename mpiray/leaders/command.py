@@ -9,14 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from mpiray import package
 from mpiray.errors import DriverNotFound
 from mpiray.host import processes
+from mpiray.host.guard import remove_container
 from mpiray.logs.files import driver_log_path
 from mpiray.rank.messages import Cluster
+from mpiray.rank.ownnode import in_image
 from mpiray.rank.state import Rank
+from mpiray.raynode import container as containers
 
 if TYPE_CHECKING:
     from mpiray.logs.tee import Tee
@@ -27,18 +31,21 @@ TEE_CLOSE = 5.0  # the most the driver's output may take to drain into driver.lo
 class CommandLeader:
     """rank.state.Leader: the driver command, with the cluster in its environment."""
 
-    def __init__(self, command: Sequence[str]):
+    def __init__(self, command: Sequence[str], box: containers.Container | None = None):
         self.command = list(command)
+        self.box = box  # --container: the driver runs in the image, as the nodes do
         self.proc: subprocess.Popen | None = None
         self.tee: Tee | None = None  # the driver's output into driver.log
         self.me: Rank | None = None  # once started
+        self.container = ""  # the driver's container's name, in the image
 
     def start(self, me: Rank, cluster: Cluster) -> None:
         self.me = me
         out_path = driver_log_path(cluster.log_dir)
         try:
             env = package.driver_env(cluster.driver_env(dict(os.environ)), self.command)
-            self.proc = processes.start(self.command, env=env,
+            command = self.command if self.box is None else self.in_image(cluster, env)
+            self.proc = processes.start(command, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as error:
             raise DriverNotFound(f"cannot start the driver {self.command}: {error.strerror}") from None
@@ -49,6 +56,19 @@ class CommandLeader:
         assert self.proc.stdout is not None and self.proc.stderr is not None  # piped just above
         tee.pump(self.proc.stdout, sys.stdout.buffer)
         tee.pump(self.proc.stderr, sys.stderr.buffer)
+
+    def in_image(self, cluster: Cluster, env: dict[str, str]) -> list[str]:
+        """The driver command run in the image: the default driver with the image's Python, the token and RAY_TMPDIR
+        (rank 0's private dir) and mpiray's and the trainer's code bound as its node has them (env: PYTHONPATH)."""
+        box = self.box
+        assert box is not None and cluster.private_dir is not None  # a real cluster's rank 0 has its node's dir
+        command = [box.python, *self.command[1:]] if self.command[:1] == [sys.executable] else self.command
+        private = Path(cluster.private_dir)
+        env["PYTHONPATH"] = str(private / containers.CODE_DIR)
+        self.container = containers.container_name(cluster.session.job_id, 0) + "-driver"
+        if box.named and self.me is not None and self.me.node is not None:  # if rank 0 dies: its guard removes it
+            self.me.ray_node.guard.remove_container(box.remove_command(self.container))
+        return box.command(command, in_image(private, None), env, self.container)
 
     def poll(self, timeout: float) -> int | None:
         assert self.proc is not None and self.me is not None, "poll() before start()"
@@ -65,6 +85,8 @@ class CommandLeader:
             return
         if processes.stop_group(self.proc, grace) is None:
             self.me.log.event("driver_not_ended", pid=self.proc.pid)
+        if self.box is not None and self.box.named:  # its client is gone; podman's conmon keeps the container
+            remove_container(self.box.remove_command(self.container))
 
     def close(self, me: Rank) -> None:
         if self.tee is None:

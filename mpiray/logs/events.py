@@ -70,6 +70,7 @@ KINDS = _kinds(
     preflight_fixed=(INFO, "pre-flight on {host}: {message}"),
     spill_dir=(INFO, "Ray spills objects to {path} (made by this rank: {made})"),
     resource_note=(INFO, "resources: {note}"),
+    container=(INFO, "this node's Ray runs in {reference} (container {name}), with {binds} bound"),
     resources_given=(INFO, "resources given to Ray: {cpus} CPUs, GPUs [{gpus}], memory {memory_mib} MiB, "
                            "object store {object_store_mib} MiB"),
     ports_planned=(INFO, "ports: block {first}-{last}, GCS {gcs}, {workers} for worker processes"),

@@ -228,6 +228,9 @@ class Head(RankZero):
         me, session = self.me, cluster.session
         spec = me.node.spec if me.node is not None else None
         ours = versions(me.rank)
+        image = preflight.image_facts(me) if me.config.container else None  # what `mpiray attach` must match
+        if image is not None:
+            ours = {"ray": image.ray, "python": image.python}
         return Entry(
             job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
             pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],

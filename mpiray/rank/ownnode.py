@@ -16,14 +16,16 @@ from pathlib import Path
 
 from mpiray import package
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import ConfigError, NodeStartFailed, StartupTimeout
+from mpiray.errors import ConfigError, ImageFailed, NodeStartFailed, StartupTimeout
 from mpiray.host import gpus, network, processes, sites
 from mpiray.host.preflight import REFUSE, Finding
 from mpiray.host.resources import HostView, Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
+from mpiray.rank import preflight
 from mpiray.rank.messages import JOIN
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.raynode import commands, raycompat, spill
+from mpiray.raynode import container as containers
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import RayNode
 from mpiray.raynode.raycompat import ray_version
@@ -90,6 +92,14 @@ class RealNode:
             env.setdefault(name, value)
         chosen = bool(config.interface or config.address_rule)
         env.update(commands.collective_env(env, network.interface_holding(spec.node_ip), chosen, spec.share.gpu_vendor))
+        box = containers.of(config)
+        if box is not None:  # `ray start` inside the image, its dirs and mpiray's code at hand
+            name = containers.container_name(me.current_session.job_id, me.rank)
+            binds = in_image(node.private.path, node.spill_dir)
+            env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
+            argv = box.command(argv, binds, env, name)
+            node.remove_container = box.remove_command(name) if box.named else []
+            me.log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
         # as --startup-timeout says instead.
         env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
@@ -137,6 +147,25 @@ class PlannedNode:
                         {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
 
 
+def in_image(private: Path, spill_dir: Path | None) -> list[containers.Bind]:
+    """What a node's container binds: the rank's private dir (Ray's temp dir, the token) and the job's spill dir at
+    their own paths, and mpiray's code (the trainer's too, beside it in a checkout) read-only in the private dir's
+    CODE_DIR, for PYTHONPATH: never the host's site-packages, whose Ray would shadow the image's."""
+    binds = [containers.Bind(str(private), str(private))]
+    if spill_dir is not None:
+        # A bind's source must exist when the container starts: rank 0's held `ray start` goes before its
+        # pre-flight made the dir (the same checks: a planted one is refused).
+        spill.make(spill_dir)
+        binds.append(containers.Bind(str(spill_dir), str(spill_dir)))
+    for name in ("mpiray", package.TRAINER):
+        source = package.PARENT / name
+        if (source / "__init__.py").exists():
+            target = private / containers.CODE_DIR / name
+            target.mkdir(parents=True, exist_ok=True)  # a bind's target must exist (Charliecloud's)
+            binds.append(containers.Bind(str(source), str(target), read_only=True))
+    return binds
+
+
 def node_gpu_variables(share: Share) -> dict[str, str | None]:
     """The visible-device variables of a node of this share: its vendor's, as the installed Ray reads them."""
     intel = raycompat.intel_visible_variable() if share.gpu_vendor == gpus.INTEL else "ZE_AFFINITY_MASK"
@@ -167,10 +196,17 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     ray_dir = me.own_node.prepare(me)
     node_ip = session.head_ip if head else network.worker_address(config.interface, session.head_ip, config.address_rule)
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
+    image = preflight.image_facts(me) if containers.of(config) else None  # its Ray decides, not the host's
+    if containers.of(config) and image is None:  # rank 0 refuses the job for it too: never a node that cannot start
+        raise ImageFailed(f"on {me.host}: {preflight.image_problem(me)}")
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
-                             spill_dir=str(spill.ray_spill_dir(job_spill_dir(me))))
+                             spill_dir=str(spill.ray_spill_dir(job_spill_dir(me))),
+                             **({"full_agent": image.full_agent, "ray_client": image.ray_client} if image else {}))
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
+    box = containers.of(config)
+    if box is not None:  # the image's Python, which may predate -P
+        ray = [box.python, "-m", "mpiray.raynode.starter", *(["--niced-import"] if not head else [])]
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
     for note in share.notes:
@@ -246,6 +282,7 @@ def write_manifest(me: Rank) -> None:
     token = hashlib.sha256(me.current_session.token.encode()).hexdigest()[:16] if me.current_session.token else "none (--no-auth)"
     spec = node.spec
     assert spec is not None  # the node was started of it
+    image = preflight.image_facts(me) if containers.of(me.config) else None  # the node runs the image's
     started = me.current_session.started
     me.log.event(
         "node_manifest",
@@ -253,7 +290,8 @@ def write_manifest(me: Rank) -> None:
         collectives={name: node.environment[name] for name in commands.COLLECTIVE_VARIABLES if name in node.environment},
         listening=listening, planned_ports=vars(spec.ports), temp_dir=spec.temp_dir,
         session_logs=str(node.kept_logs), output=str(node.output_path),
-        ray=ray_version(), python=sys.version.split()[0], mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),
+        ray=image.ray if image else ray_version(), python=image.python if image else sys.version.split()[0],
+        mpi4py=_mpi4py_version(), mpi=me.comm.library_version(),
         token=f"sha256:{token}" if me.current_session.token else token,
         cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
         gpu_vendor=spec.share.gpu_vendor, gpu_source=me.view.gpu_source,

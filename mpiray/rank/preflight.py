@@ -15,12 +15,13 @@ import time
 
 from mpiray import errors
 from mpiray.deadline import Deadline
-from mpiray.errors import ConfigError, VersionSkew
+from mpiray.errors import ConfigError, ImageFailed, VersionSkew
 from mpiray.host import network, preflight, sites
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import STARTUP_POLL, Rank
 from mpiray.raynode import commands, raycompat
+from mpiray.raynode import container as containers
 
 MARKER_PREFIX = ".mpiray-shared-"  # rank 0's file in the job's log dir: a host that does not see it has another dir
 RAISED: list[Finding] = []  # what raise_limits did in this process, said by the host's first rank
@@ -45,10 +46,51 @@ ORDER = ("python", "ray", "mpiray", "mpi4py", "mpi", "numpy", "cloudpickle", "to
 
 
 def versions(me: Rank) -> dict[str, str]:
-    """What this rank runs: Python, the MPI library (as MPI says), and the packages that must match."""
+    """What this rank runs: Python, the MPI library (as MPI says), and the packages that must match. With
+    --container, Ray and Python are the image's (the rank's own side needs mpiray and mpi4py alone)."""
     found = {"python": sys.version.split()[0], **preflight.installed_versions(),
              "mpi": mpi_library(me.comm.library_version())}
+    if containers.of(me.config) is not None:
+        facts = image_facts(me)
+        found = {"python": facts.python if facts else "none (image failed)", "ray": facts.ray if facts else "none",
+                 "mpiray": found.get("mpiray", "?"), "mpi4py": found.get("mpi4py", "?"), "mpi": found["mpi"]}
     return {name: found[name] for name in ORDER if name in found}
+
+
+_IMAGES: dict[str, containers.ImageFacts | ImageFailed] = {}  # this rank's look into its image, once
+
+
+def image_facts(me: Rank) -> containers.ImageFacts | None:
+    """What the job's image runs on this rank's host (None: it did not run; host_findings says why)."""
+    box = containers.of(me.config)
+    assert box is not None, "image_facts() without --container"
+    if box.reference not in _IMAGES:
+        try:
+            name = containers.container_name(me.current_session.job_id if me.session else "job", me.rank) + "-probe"
+            _IMAGES[box.reference] = containers.probe(box, name, commands.METRICS_AGENT_MODULES)
+        except ImageFailed as error:
+            _IMAGES[box.reference] = error
+    found = _IMAGES[box.reference]
+    return None if isinstance(found, ImageFailed) else found
+
+
+def image_problem(me: Rank) -> str:
+    """Why the job's image did not run on this host (after image_facts() said None)."""
+    box = containers.of(me.config)
+    return str(_IMAGES[box.reference]) if box is not None and box.reference in _IMAGES else "it was not tried"
+
+
+def image_findings(me: Rank) -> list[Finding]:
+    """The image on this host: it runs, with a Ray that can run a safe cluster."""
+    box = containers.of(me.config)
+    if box is None:
+        return []
+    facts = image_facts(me)
+    if facts is None:
+        return [Finding(REFUSE, "image_failed", image_problem(me),
+                        "check the image's path or name and that the runtime runs on every node (a module to load)")]
+    problem = raycompat.version_problem(facts.ray, me.config.auth)
+    return [Finding(REFUSE, "image_failed", f"{box.reference}: {problem}")] if problem else []
 
 
 def mpi_library(first_line: str) -> str:
@@ -67,6 +109,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     if config.spill_dir is not None:
         found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
     found += me.own_node.make_spill_dir(me)  # nothing made for a planned node (--dry-run)
+    found += image_findings(me)
     found += preflight.port_range_findings(*network.PORT_RANGE)
     found += preflight.neighbour_findings(me.comm.size)
     found += fixed
@@ -147,6 +190,10 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
             me.log.event("preflight_warning" if finding.level == WARN else "preflight_fixed", check=finding.check,
                          host=host, message=finding.message, fix=finding.fix)
     refused = [(host, f) for host, f in findings if f.level == REFUSE]
+    refused.sort(key=lambda found: found[1].check != "image_failed")  # an image that does not run: say that first
+    if refused and refused[0][1].check == "image_failed":
+        host, first = refused[0]
+        raise ImageFailed(f"on {host}: {first.message}; {first.fix}" if first.fix else f"on {host}: {first.message}")
     if len(rows) > 1:
         raise VersionSkew(_skew(rows))
     if refused:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, ForeignGcs, GcsOverloaded, LaunchError, NodeStartFailed, StartupTimeout
 from mpiray.host import processes
-from mpiray.host.guard import keep_ray_logs, start_time
+from mpiray.host.guard import keep_ray_logs, remove_container, start_time
 from mpiray.logs.files import open_append
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.output import NodeOutput
@@ -61,6 +61,7 @@ class RayNode:
         self.described = False  # its manifest was logged
         self.node_id: str | None = None  # Ray's, once ALIVE
         self.spill_dir: Path | None = None  # the job's spill dir on this host (spill.py), if it has one
+        self.remove_container: list[str] = []  # removes its container by name after a stop (podman's), if any
 
     @classmethod
     def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
@@ -117,6 +118,8 @@ class RayNode:
         assert proc.stdout is not None  # piped just above
         output.copy(proc.stdout, out)
         self.guard.watch_group(proc)
+        if self.remove_container:
+            self.guard.remove_container(self.remove_container)
 
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
@@ -199,8 +202,14 @@ class RayNode:
         return processes.descendant_pids(frozenset([self.guard.proc.pid]))
 
     def stop(self, grace: float) -> processes.StopReport:
-        """Stop `ray start` (an orderly stop in ~1 s), then whatever this rank still runs but its guard."""
-        return processes.stop_descendants([self.proc] if self.proc else [], grace, keep=frozenset([self.guard.proc.pid]))
+        """Stop `ray start` (an orderly stop in ~1 s), then whatever this rank still runs but its guard; then its
+        container by name, where its runtime keeps containers apart from their client (podman's conmon)."""
+        try:
+            return processes.stop_descendants([self.proc] if self.proc else [], grace,
+                                              keep=frozenset([self.guard.proc.pid]))
+        finally:
+            if self.remove_container:
+                remove_container(self.remove_container)
 
     def close(self) -> list[str]:
         """Keep Ray's logs, remove the private dir, let the guard go; each step runs whatever the others did.

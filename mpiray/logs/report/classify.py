@@ -117,6 +117,12 @@ CAUSES = {
         "a node that held an RLlib learner was lost: RLlib does not restart learners, so the training failed",
         "run the job again (requeue, qrerun, or the same command): the trainer continues from its last checkpoint; "
         "a node that fails often: see its rank's log and Ray's logs for why it went"),
+    "image_failed": Cause(
+        "--container: the runtime or the image did not run on a host, or its Ray cannot run a safe cluster "
+        "(the pre-flight's look into the image, before any node started)",
+        "read the runtime's own words in the message: load the runtime's module on every node, check the image's "
+        "path or name (an Apptainer .sif on a file system every node sees, a podman image in every node's "
+        "storage), and that the image has Ray 2.52 or later (docs/containers.md)"),
     "ray_refused_node": Cause(
         "Ray itself refused to start a node: its own check of the node's environment failed (quoted above)",
         "do what Ray's message says. mpiray hands each node its GPU vendor's variables as the installed Ray reads "

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The container tests' image, built here from Debian's packages and PyPI's, never pulled from an image registry;
+# built once per clone (.envs/images/RUNTIME) and reused while its recipe is the same. Prints its reference as the
+# last line of output: for charliecloud, the directory image.
+#   bash tests/containers/image.sh charliecloud
+# Needs root where Debian's mmdebstrap or Charliecloud are not installed yet (apt-get installs them).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runtime=${1:?usage: bash tests/containers/image.sh charliecloud}
+case "$runtime" in
+  charliecloud) tools=(mmdebstrap ch-run) packages=(mmdebstrap charliecloud-runtime) ;;
+  *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud)" >&2; exit 2 ;;
+esac
+# Debian 12's Python 3.11 with Ray installed into it from PyPI by the venv's pip (the same cp311 wheels).
+ray_requirement="ray[default]==2.60.0"
+recipe="mmdebstrap --variant=minbase --include=python3 bookworm; pip --target $ray_requirement psutil"
+image=$PWD/.envs/images/$runtime
+if [ -x "$image/usr/bin/python3" ] && [ "$(cat "$image.recipe" 2>/dev/null)" = "$recipe" ]; then
+  echo "$image"
+  exit 0
+fi
+missing=()
+for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "tests/containers/image.sh: ${missing[*]} missing: apt-get install ${packages[*]} (as root)" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${packages[@]}" >/dev/null
+fi
+.venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
+  { echo "tests/containers/image.sh: .venv's Python is not 3.11, the image's: its wheels would not fit" >&2; exit 1; }
+rm -rf "$image" "$image.recipe"
+mkdir -p "$(dirname "$image")"
+started=$SECONDS
+mmdebstrap --quiet --variant=minbase --include=python3 bookworm "$image" >&2
+.venv/bin/python -m pip install -q --target "$image/usr/local/lib/python3.11/dist-packages" "$ray_requirement" psutil \
+  2>&1 | grep -v "^WARNING: Location" >&2 || true
+[ -d "$image/usr/local/lib/python3.11/dist-packages/ray" ] || { echo "tests/containers/image.sh: Ray did not install" >&2; exit 1; }
+echo "$recipe" > "$image.recipe"
+echo "tests/containers/image.sh: $runtime image built in $((SECONDS - started)) s" >&2
+echo "$image"
