@@ -139,7 +139,14 @@ def hydra_loses_exit_codes_after_a_signal() -> bool:
 def rank_pids(launcher_pid: int) -> list[int]:
     """PIDs of the ranks (start_ray.py processes) below a running mpirun."""
     script = str(ROOT / "start_ray.py")
-    return [p.pid for p in psutil.Process(launcher_pid).children(recursive=True) if script in p.cmdline()]
+    found = []
+    for process in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if script in process.cmdline():
+                found.append(process.pid)
+        except psutil.Error:  # gone, or a zombie not reaped yet (a runtime's double fork: podman's conmon)
+            continue
+    return found
 
 
 def driver_report(output: str, tag: str, stderr: str = "") -> dict:

@@ -94,8 +94,9 @@ class Container:
             return ["enroot", "start", *(f"--mount={m}" for m in mounts), *(f"--env={n}" for n in passed), *flags,
                     self.image, *argv]
         # podman, podman-hpc: a container of its own name, on the host's network, PIDs and /dev/shm; the
-        # client forwards signals to it (--sig-proxy, the default) and is the rank's child.
-        return [self.kind, "run", "--rm", f"--name={name}", "--network=host", "--pid=host", "--ipc=host",
+        # client forwards signals to it (--sig-proxy, the default), its stdin (the starter waits on it: -i) and
+        # its output, and is the rank's child.
+        return [self.kind, "run", "--rm", "--interactive", f"--name={name}", "--network=host", "--pid=host", "--ipc=host",
                 *(f"--volume={m}" for m in mounts), *(f"--env={n}" for n in passed), *flags, self.image, *argv]
 
     def remove_command(self, name: str) -> list[str]:

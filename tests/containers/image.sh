@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # The container tests' image, built here from Debian's packages and PyPI's, never pulled from an image registry;
 # built once per clone (.envs/images/RUNTIME) and reused while its recipe is the same. Prints its reference as the
-# last line of output: for charliecloud, the directory image.
+# last line of output: for charliecloud, the directory image; for podman, the image's name in podman's storage
+# (the same root file system, imported: `podman import`, never pulled).
 #   bash tests/containers/image.sh charliecloud
+#   CONTAINERS_CONF=tests/containers/containers.conf bash tests/containers/image.sh podman
 # Needs root where Debian's mmdebstrap or Charliecloud are not installed yet (apt-get installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runtime=${1:?usage: bash tests/containers/image.sh charliecloud}
+runtime=${1:?usage: bash tests/containers/image.sh charliecloud|podman}
 case "$runtime" in
   charliecloud) tools=(mmdebstrap ch-run) packages=(mmdebstrap charliecloud-runtime) ;;
-  *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud)" >&2; exit 2 ;;
+  podman)
+    # The same root file system, imported into podman's storage under a name of its recipe's.
+    command -v podman >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman runc >/dev/null
+    root=$(bash "$0" charliecloud | tail -n 1)
+    name=localhost/mpiray-test:ray-2.60
+    if [ "$(cat "$root.podman" 2>/dev/null)" != "$(cat "$root.recipe")" ] || ! podman image exists "$name"; then
+      tar -C "$root" -c . | podman import --quiet - "$name" >&2
+      cp "$root.recipe" "$root.podman"
+    fi
+    echo "$name"
+    exit 0
+    ;;
+  *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud, podman)" >&2; exit 2 ;;
 esac
 # Debian 12's Python 3.11 with Ray installed into it from PyPI by the venv's pip (the same cp311 wheels).
 ray_requirement="ray[default]==2.60.0"

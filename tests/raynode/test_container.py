@@ -31,8 +31,8 @@ def test_runtimes_that_pass_the_environment_on_get_binds_only(kind, expected):
 
 def test_podman_runs_a_named_container_on_the_hosts_network_and_is_told_which_variables_to_pass():
     argv = Container("podman", "localhost/ray:2.60").command(ARGV, BINDS, ENV, "mpiray-4711-r0")
-    assert argv[:8] == ["podman", "run", "--rm", "--name=mpiray-4711-r0", "--network=host", "--pid=host",
-                        "--ipc=host", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab"]
+    assert argv[:9] == ["podman", "run", "--rm", "--interactive", "--name=mpiray-4711-r0", "--network=host",
+                        "--pid=host", "--ipc=host", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab"]
     passed = [arg[len("--env="):] for arg in argv if arg.startswith("--env=")]
     # Names only (podman takes each value from its own environment): no token or value on the command line.
     assert passed == ["GLOO_SOCKET_IFNAME", "PYTHONPATH", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "ROCR_VISIBLE_DEVICES"]

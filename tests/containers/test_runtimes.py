@@ -1,0 +1,158 @@
+"""Ray from a container image, for real, with Debian's runtimes: Charliecloud 0.31 (`ch-run`, unprivileged, the
+caller's process tree and network) and podman 4.3 with runc (containers under conmon, named per job and rank). The
+image holds Debian 12's Python 3.11.2 and Ray 2.60 (tests/containers/image.sh). The ranks run on the host from a
+Python that cannot import Ray (tests/hooks/no_ray): every `ray start` and the driver run inside the image; the job
+keeps the driver's exit code and leaves nothing behind, nor after its ranks are killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from containers.images import RUNTIMES, runtime_env
+from helpers import (
+    BIN,
+    JOB_TIMEOUT_S,
+    PYTHON,
+    ROOT,
+    START_RAY,
+    Launch,
+    assert_nothing_left,
+    driver_report,
+    new_job_id,
+    rank_pids,
+    wait_for_file_text,
+)
+from process_control import wait_for
+
+pytestmark = pytest.mark.slow
+
+NO_RAY = ROOT / "tests" / "hooks" / "no_ray"
+# The driver, inside the image: what it runs on and sees of the cluster.
+DRIVER = ("import json, os, sys, time, ray; ray.init(); "
+          "print('INSIDE ' + json.dumps({'nodes': len([n for n in ray.nodes() if n['Alive']]), "
+          "'python': sys.version.split()[0], 'ray': ray.__version__, "
+          "'token': os.path.exists(os.environ['RAY_AUTH_TOKEN_PATH'])}), flush=True); "
+          "time.sleep(float(os.environ.get('DRIVER_SLEEP', '0'))); sys.exit(int(os.environ.get('DRIVER_EXIT', '0')))")
+GONE_WITHIN_S = 60  # the issue's promise: after kill -9 of a job's ranks, none of its containers is left by then
+
+
+def host_env(runtime: str, **extra: str) -> dict[str, str]:
+    """The ranks' environment: no Ray importable there. podman passes the driver no variable of the user's unless
+    told, with its own flag (--env NAME), as a user would."""
+    return {**os.environ, **runtime_env(runtime), "MPIRAY_CONTAINER_FLAGS": "--env=DRIVER_EXIT --env=DRIVER_SLEEP"
+            if runtime == "podman" else "",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(NO_RAY), os.environ.get("PYTHONPATH")])), **extra}
+
+
+def processes_of(job_id: str) -> list[str]:
+    """Every process whose command line names the job (its ranks, nodes, driver, runtimes' clients)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            command = " ".join(process.cmdline())
+        except psutil.Error:  # gone, a zombie, or not ours to read
+            continue
+        if job_id in command:
+            found.append(f"{process.pid} {command[:150]}")
+    return found
+
+
+def argv(tmp_path, runtime: str, image: str, job_id: str, ranks: int = 2) -> list[str]:
+    return [str(BIN / "mpirun"), "-np", str(ranks), PYTHON, str(START_RAY), "--container", f"{runtime}:{image}",
+            "--log-dir", str(tmp_path / "logs"), "--job-id", job_id, "--", "python3", "-c", DRIVER]
+
+
+def containers_of(job_id: str) -> list[str]:
+    """podman's containers of the job, running or not (`podman ps -a`)."""
+    listed = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, **runtime_env("podman")})
+    return [name for name in listed.stdout.split() if name.startswith(f"mpiray-{job_id}-")]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_ray_and_the_driver_run_in_the_image_and_the_drivers_exit_code_is_kept(tmp_path, images, runtime):
+    image, job_id = images(runtime), new_job_id(runtime)
+    started = time.monotonic()
+    result = subprocess.run(argv(tmp_path, runtime, image, job_id), cwd=tmp_path, capture_output=True, text=True,
+                            env=host_env(runtime, DRIVER_EXIT="3"), timeout=300)
+    job = Launch(result.returncode, result.stdout, result.stderr, tmp_path / "logs" / job_id, time.monotonic() - started)
+    assert job.returncode == 3, job.stdout[-3000:] + job.stderr[-3000:]
+    inside = driver_report(job.stdout, "INSIDE", job.stderr)
+    assert inside == {"nodes": 2, "python": "3.11.2", "ray": "2.60.0", "token": True}
+    assert sys.version.split()[0] != "3.11.2"  # what ran the driver is the image's Python, not the ranks'
+    for rank in range(2):
+        assert job.event(rank, "rank_started")["ray"] == "not installed"  # the ranks' side has no Ray
+        manifest = job.event(rank, "node_manifest")
+        assert (manifest["ray"], manifest["python"]) == ("2.60.0", "3.11.2")
+        assert job.event(rank, "container")["reference"] == f"{runtime}:{image}"
+    assert "python 3.11.2, ray 2.60.0" in job.stdout  # the pre-flight's line: the image's versions
+    assert_nothing_left(job, wait=10)
+    for rank in range(2):  # the private dirs (the token, mpiray's code bound into them) are gone
+        assert not os.path.exists(job.event(rank, "private_dir")["path"])
+    if runtime == "podman":
+        assert containers_of(job_id) == []
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_after_kill_9_of_the_ranks_no_container_and_no_process_of_the_job_is_left(tmp_path, images, runtime):
+    image, job_id = images(runtime), new_job_id(f"{runtime}-kill")
+    launcher = subprocess.Popen(argv(tmp_path, runtime, image, job_id), cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=host_env(runtime, DRIVER_SLEEP="300"))
+    try:
+        wait_for_file_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
+        ranks = rank_pids(launcher.pid)
+        assert len(ranks) == 2
+        for pid in ranks:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=60)
+        assert launcher.stdout is not None
+        launcher.stdout.close()
+    job = Launch(-9, "", "", tmp_path / "logs" / job_id, 0.0)
+    assert_nothing_left(job, wait=GONE_WITHIN_S)
+    if runtime == "podman":
+        assert wait_for(lambda: containers_of(job_id) == [], GONE_WITHIN_S, 1.0), containers_of(job_id)
+    assert wait_for(lambda: not processes_of(job_id), GONE_WITHIN_S, 1.0), processes_of(job_id)
+
+
+def test_an_image_that_does_not_run_stops_the_job_before_any_node_with_the_runtimes_words(tmp_path):
+    missing, job_id = tmp_path / "no-such-image", new_job_id("no-image")
+    result = subprocess.run(argv(tmp_path, "charliecloud", str(missing), job_id), cwd=tmp_path, capture_output=True,
+                            text=True, env=host_env("charliecloud"), timeout=300)
+    job = Launch(result.returncode, result.stdout, result.stderr, tmp_path / "logs" / job_id, 0.0)
+    assert job.returncode == 2, job.stdout[-3000:] + job.stderr[-3000:]
+    said = job.stdout + job.stderr
+    assert f"charliecloud:{missing} did not run" in said and "ch-run" in said, said[-3000:]
+    report = subprocess.run([PYTHON, "-m", "mpiray", "logs", "--json", str(job.job_dir)], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert {cause["cause"] for cause in json.loads(report.stdout)["causes"]} == {"image_failed"}, report.stdout
+    assert not any(job.event(rank, "node_alive") for rank in range(2))
+    assert_nothing_left(job, wait=10)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_container_job_script_as_shipped_on_three_hosts(slurm_testbed, jobs, tmp_path, images, runtime):
+    image = images(runtime)
+    env = jobs.env(tmp_path, ["python3", "-c", DRIVER], MPIRAY_CONTAINER=f"{runtime}:{image}",
+                   **runtime_env(runtime),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(NO_RAY), os.environ.get("PYTHONPATH")])))
+    job_id = jobs.submit(ROOT / "jobs" / "slurm_container.sh", tmp_path, env, "--nodes=3", "--cpus-per-task=2",
+                         "--account=")
+    result = slurm_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
+    output = (tmp_path / f"ray-container-{job_id}.out").read_text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), output[-3000:]
+    inside = driver_report(output, "INSIDE")
+    assert (inside["nodes"], inside["python"]) == (3, "3.11.2")
+    jobs.wait_until_gone(job_id)
+    if runtime == "podman":
+        assert containers_of(job_id) == []
