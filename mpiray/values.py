@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from mpiray.batch import environment
 from mpiray.config import parse_bounds
+from mpiray.host.resources import MIN_OBJECT_STORE
 from mpiray.raynode import container as containers
 
 TRUE = {"1", "true", "yes", "on"}
@@ -25,7 +26,6 @@ FALSE = {"0", "false", "no", "off"}
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_SECONDS = 10**7  # ~115 days: past any batch walltime, far below what timers accept (threading.TIMEOUT_MAX)
 MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well inside Ray's fixed-point resources
-MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
 
 
 class BadValue(ValueError):

@@ -189,6 +189,28 @@ def _ranges(cpus: tuple[int, ...]) -> str:
     return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
+MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
+
+
+def fit_own_shm(share: Share, shm_free: int, shm_total: int, view: HostView, where: str) -> Share:
+    """A share whose node sees a /dev/shm of its own (a container's --shm-size, not the host's): its object
+    store fitted to that one, with a note. Raises ValueError where even Ray's smallest store does not fit."""
+    if shm_total == view.shm_total or not shm_total:  # the host's own /dev/shm (the runtimes' default here)
+        return share
+    room = int(shm_free * SHM_HEADROOM)
+    if room < MIN_OBJECT_STORE:
+        raise ValueError(f"{where}'s /dev/shm holds {shm_total >> 20} MiB ({shm_free >> 20} MiB free), less than Ray's "
+                         f"smallest object store ({MIN_OBJECT_STORE >> 20} MiB) with room for the rest: run the container "
+                         f"with the host's /dev/shm (podman --ipc=host, mpiray's default) or a --shm-size of at least "
+                         f"{(MIN_OBJECT_STORE * 2) >> 20}m")
+    if share.object_store <= room:
+        return share
+    note = (f"object store {share.object_store >> 20} MiB does not fit {where}'s own /dev/shm ({shm_free >> 20} MiB "
+            f"free of {shm_total >> 20} MiB): using {room >> 20} MiB")
+    return dataclasses.replace(share, object_store=room, memory=share.memory + share.object_store - room,
+                               notes=(*share.notes, note))
+
+
 def check_object_store(object_store_memory: int | None, view: HostView, parts: int) -> str | None:
     """The problem with an explicit --object-store-memory on this host, if any."""
     if object_store_memory is None:

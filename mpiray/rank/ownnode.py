@@ -17,7 +17,7 @@ from pathlib import Path
 from mpiray import package
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, ImageFailed, NodeStartFailed, StartupTimeout
-from mpiray.host import gpus, network, processes, sites
+from mpiray.host import gpus, network, processes, resources, sites
 from mpiray.host.preflight import REFUSE, Finding
 from mpiray.host.resources import HostView, Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
@@ -199,6 +199,11 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     image = preflight.image_facts(me) if containers.of(config) else None  # its Ray decides, not the host's
     if containers.of(config) and image is None:  # rank 0 refuses the job for it too: never a node that cannot start
         raise ImageFailed(f"on {me.host}: {preflight.image_problem(me)}")
+    if image is not None:  # a /dev/shm of the container's own: the store fits it, or the job stops (never slow)
+        try:
+            share = resources.fit_own_shm(share, *image.shm, me.view, f"the image on {me.host}")
+        except ValueError as error:
+            raise ImageFailed(str(error)) from None
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(job_spill_dir(me))),

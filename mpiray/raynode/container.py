@@ -134,8 +134,14 @@ spec, ray = importlib.util.find_spec("ray"), "not installed"
 if spec is not None and spec.origin:
     found = re.search(r'^version = "([^"]+)"', pathlib.Path(spec.origin).with_name("_version.py").read_text(), re.M)
     ray = found.group(1) if found else "unknown"
+import os
+try:
+    fs = os.statvfs("/dev/shm")
+    shm = [fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize]
+except OSError:
+    shm = [0, 0]
 print("mpiray-image " + json.dumps({"python": sys.version.split()[0], "ray": ray,
-      "full_agent": all(has(m) for m in MODULES), "ray_client": has("grpc")}))
+      "full_agent": all(has(m) for m in MODULES), "ray_client": has("grpc"), "shm": shm}))
 """
 PROBE_TIMEOUT = 120.0  # an image's first start on a node (Apptainer's SIF mount, podman's storage) can be slow
 
@@ -148,6 +154,7 @@ class ImageFacts:
     ray: str
     full_agent: bool  # ray[default]: each node's dashboard agent serves metrics
     ray_client: bool  # grpcio: the head serves Ray Client
+    shm: tuple[int, int] = (0, 0)  # /dev/shm as the image sees it: bytes free, in all (its object store lives there)
 
 
 def probe(box: Container, name: str, agent_modules: Sequence[str], timeout: float = PROBE_TIMEOUT) -> ImageFacts:
@@ -168,4 +175,5 @@ def probe(box: Container, name: str, agent_modules: Sequence[str], timeout: floa
     if result.returncode != 0 or line is None:
         said = (result.stderr.strip() or result.stdout.strip())[-600:] or "nothing"
         raise ImageFailed(f"{box.reference} did not run (exit code {result.returncode}): {said}")
-    return ImageFacts(**json.loads(line[len("mpiray-image "):]))
+    facts = json.loads(line[len("mpiray-image "):])
+    return ImageFacts(**{**facts, "shm": tuple(facts.get("shm", (0, 0)))})

@@ -124,6 +124,28 @@ def test_after_kill_9_of_the_ranks_no_container_and_no_process_of_the_job_is_lef
     assert wait_for(lambda: not processes_of(job_id), GONE_WITHIN_S, 1.0), processes_of(job_id)
 
 
+@pytest.mark.parametrize("shm_size, refused", [("64m", True), ("200m", False)])
+def test_a_container_with_a_dev_shm_of_its_own_is_sized_to_it_or_refused(tmp_path, images, shm_size, refused):
+    """podman with the container's own /dev/shm (--ipc=private --shm-size): 64 MB cannot hold Ray's smallest object
+    store with room to spare, and the job says so before any node starts; 200 MB holds a store sized to it."""
+    job_id = new_job_id("shm")
+    flags = f"--ipc=private --shm-size={shm_size} --env=DRIVER_EXIT"
+    result = subprocess.run(argv(tmp_path, "podman", images("podman"), job_id), cwd=tmp_path, capture_output=True,
+                            text=True, env=host_env("podman", MPIRAY_CONTAINER_FLAGS=flags), timeout=300)
+    job = Launch(result.returncode, result.stdout, result.stderr, tmp_path / "logs" / job_id, 0.0)
+    if refused:
+        assert job.returncode == 2, job.stdout[-3000:] + job.stderr[-3000:]
+        assert "/dev/shm holds 64 MiB" in job.stdout + job.stderr and "--ipc=host" in job.stdout + job.stderr
+        assert not any(job.event(rank, "node_alive") for rank in range(2))
+    else:
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        for rank in range(2):
+            store = job.event(rank, "node_manifest")["object_store"]
+            assert 75 * 2**20 <= store <= 200 * 2**20 * 0.9
+    assert_nothing_left(job, wait=10)
+    assert containers_of(job_id) == []
+
+
 def test_an_image_that_does_not_run_stops_the_job_before_any_node_with_the_runtimes_words(tmp_path):
     missing, job_id = tmp_path / "no-such-image", new_job_id("no-image")
     result = subprocess.run(argv(tmp_path, "charliecloud", str(missing), job_id), cwd=tmp_path, capture_output=True,
