@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -144,6 +146,30 @@ def test_a_container_with_a_dev_shm_of_its_own_is_sized_to_it_or_refused(tmp_pat
             assert 75 * 2**20 <= store <= 200 * 2**20 * 0.9
     assert_nothing_left(job, wait=10)
     assert containers_of(job_id) == []
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="the attack runs as uid 65534 (setpriv)")
+def test_another_uid_cannot_read_the_token_through_the_image(tmp_path, images):
+    """The token sits in the rank's 0700 private dir, which the image binds: uid 65534 reads it neither on the host
+    nor through its own ch-run of the same image with the same bind (Charliecloud runs unprivileged)."""
+    image, job_id = images("charliecloud"), new_job_id("token")
+    launcher = subprocess.Popen(argv(tmp_path, "charliecloud", image, job_id), cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=host_env("charliecloud", DRIVER_SLEEP="300"))
+    try:
+        wait_for_file_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
+        private = Path(Launch(0, "", "", tmp_path / "logs" / job_id, 0).event(0, "private_dir")["path"])
+        token = next(private.glob("*token*"))
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        direct = subprocess.run([*nobody, "cat", str(token)], capture_output=True, text=True, timeout=60)
+        bound = subprocess.run([*nobody, "env", "USER=nobody", "ch-run", f"--bind={private}:{private}", image, "--",
+                                "cat", str(token)], capture_output=True, text=True, timeout=60)
+        for attack in (direct, bound):
+            assert attack.returncode != 0 and "Permission denied" in attack.stderr, attack
+            assert token.read_text().strip() not in attack.stdout
+    finally:
+        launcher.send_signal(signal.SIGTERM)  # mpirun passes it on: the job ends as under scancel
+        launcher.communicate(timeout=120)
+    assert_nothing_left(Launch(launcher.returncode, "", "", tmp_path / "logs" / job_id, 0), wait=10)
 
 
 def test_an_image_that_does_not_run_stops_the_job_before_any_node_with_the_runtimes_words(tmp_path):
