@@ -13,7 +13,9 @@ case "$runtime" in
   charliecloud) tools=(mmdebstrap ch-run) packages=(mmdebstrap charliecloud-runtime) ;;
   podman)
     # The same root file system, imported into podman's storage under a name of its recipe's.
-    command -v podman >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman runc >/dev/null
+    if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then  # runc: this machine's cgroups v1
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman runc >/dev/null
+    fi
     root=$(bash "$0" charliecloud | tail -n 1)
     name=localhost/mpiray-test:ray-2.60
     if [ "$(cat "$root.podman" 2>/dev/null)" != "$(cat "$root.recipe")" ] || ! podman image exists "$name"; then
@@ -40,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "tests/containers/image.sh: ${missing[*]} missing: apt-get install ${packages[*]} (as root)" >&2
     exit 1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${packages[@]}" >/dev/null
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${packages[@]}" >/dev/null
 fi
 .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
   { echo "tests/containers/image.sh: .venv's Python is not 3.11, the image's: its wheels would not fit" >&2; exit 1; }
