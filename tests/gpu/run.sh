@@ -2,7 +2,9 @@
 # GPU learning for real, on a machine with NVIDIA GPUs (none in CI): one script, under 8 minutes with set-up.
 #   bash tests/gpu/run.sh                 # writes its report to $OUT (default /tmp/mpiray-gpu), prints it
 # 1. torch sees CUDA (the GPUs' count and names);
-# 2. `mpirun -np 2 start_ray.py` splits the host's GPUs between its two ranks (each Ray node's GPU ids, disjoint);
+# 2. `mpirun -np 2 start_ray.py` splits the host's GPUs between its two ranks (each Ray node's GPU ids, disjoint),
+#    and each GPU actor sees its own device in CUDA_VISIBLE_DEVICES and no other vendor's variable
+#    (tests/drivers/gpu_holders.py, the driver of the faked-count tests in tests/gpu_vendors/);
 # 3. PPO with N GPU learners over NCCL (N = the GPUs, at most 4), 3 iterations: '[train] learners: N on ...';
 # 4. nothing of the runs is left (every PID the ranks logged is gone).
 # Set-up: MPIRAY_GPU_PYTHON names a Python that already has Ray 2.52-2.60 with RLlib, a CUDA torch, gymnasium,
@@ -38,7 +40,21 @@ timeout 300 "$mpirun" -np 2 "$python" start_ray.py --log-dir "$OUT/logs" --job-i
   >"$OUT/split.out" 2>&1 || split=$?
 grep -h "GPUS" "$OUT/split.out" | tee -a "$report" || true
 grep -h "resources given to Ray" "$OUT"/logs/gpu-split/rank-*.log | tee -a "$report" || true
-echo "2. the GPUs split between 2 ranks (above: each node's GPU count and ids); exit code $split" | tee -a "$report"
+holders=0
+timeout 300 "$mpirun" -np 2 "$python" start_ray.py --log-dir "$OUT/logs" --job-id gpu-holders -- \
+  "$python" tests/drivers/gpu_holders.py >"$OUT/holders.out" 2>&1 || holders=$?
+variables=$("$python" - "$OUT/holders.out" <<'PY'
+import json, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("GPUS ")][-1]
+seen = json.loads(line[5:])["holders"]
+own = sorted(s["CUDA_VISIBLE_DEVICES"] for s in seen)
+others = [n for s in seen for n in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK") if s.get(n)]
+ok = len(set(own)) == len(own) and all("," not in d for d in own) and not others
+print(f"{'ok' if ok else 'WRONG'}: each actor's CUDA_VISIBLE_DEVICES {own}; other vendors' variables {others}")
+PY
+) || variables="no report: $(tail -3 "$OUT/holders.out")"
+echo "2. the GPUs split between 2 ranks (above: each node's GPU count and ids); exit code $split; the variables:" \
+  "$variables (exit code $holders)" | tee -a "$report"
 
 learners=$((gpus < 4 ? gpus : 4))
 t0=$SECONDS
@@ -58,4 +74,4 @@ PY
 )
 echo "4. processes left of the runs: $left" | tee -a "$report"
 echo "total: $((SECONDS - started)) s" | tee -a "$report"
-[ "$split" = 0 ] && [ "$learn" = 0 ] && [ "$left" = 0 ]
+[ "$split" = 0 ] && [ "$holders" = 0 ] && [ "${variables%%:*}" = ok ] && [ "$learn" = 0 ] && [ "$left" = 0 ]
