@@ -5,6 +5,7 @@
 # (the same root file system, imported: `podman import`, never pulled).
 #   bash tests/containers/image.sh charliecloud
 #   CONTAINERS_CONF=tests/containers/containers.conf bash tests/containers/image.sh podman
+#   bash tests/containers/image.sh apptainer     # where Apptainer (or Singularity) is installed: a SIF; exit 3 without
 # Needs root where Debian's mmdebstrap or Charliecloud are not installed yet (apt-get installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,20 @@ case "$runtime" in
     echo "$name"
     exit 0
     ;;
-  *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud, podman)" >&2; exit 2 ;;
+  apptainer | singularity)
+    # Not in Debian 12: only where the site installed it. The same root file system, as a SIF file.
+    command -v "$runtime" >/dev/null || { echo "tests/containers/image.sh: $runtime is not installed here" >&2; exit 3; }
+    root=$(bash "$0" charliecloud | tail -n 1)
+    sif=$root-$runtime.sif
+    if [ "$(cat "$sif.recipe" 2>/dev/null)" != "$(cat "$root.recipe")" ] || [ ! -f "$sif" ]; then
+      "$runtime" build --force "$sif" "$root" >&2
+      cp "$root.recipe" "$sif.recipe"
+    fi
+    echo "$sif"
+    exit 0
+    ;;
+  *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud, podman, apptainer, singularity)" >&2
+     exit 2 ;;
 esac
 # Debian 12's Python 3.11 with Ray installed into it from PyPI by the venv's pip (the same cp311 wheels).
 ray_requirement="ray[default]==2.60.0"

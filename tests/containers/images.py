@@ -4,7 +4,8 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIMES = ("charliecloud", "podman")
+RUNTIMES = ("charliecloud", "podman")  # Debian's: installed by image.sh, run everywhere the tests run
+ELSEWHERE = ("apptainer", "singularity")  # not in Debian 12: their tests run where a site installed them
 PODMAN_CONF = ROOT / "tests" / "containers" / "containers.conf"  # this machine's cgroups and limits: see the file
 IMAGE_SCRIPT = ROOT / "tests" / "containers" / "image.sh"
 

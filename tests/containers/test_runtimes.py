@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from containers.images import RUNTIMES, runtime_env
+from containers.images import ELSEWHERE, RUNTIMES, runtime_env
 from helpers import (
     BIN,
     JOB_TIMEOUT_S,
@@ -79,7 +79,7 @@ def containers_of(job_id: str) -> list[str]:
     return [name for name in listed.stdout.split() if name.startswith(f"mpiray-{job_id}-")]
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("runtime", RUNTIMES + ELSEWHERE)
 def test_ray_and_the_driver_run_in_the_image_and_the_drivers_exit_code_is_kept(tmp_path, images, runtime):
     image, job_id = images(runtime), new_job_id(runtime)
     started = time.monotonic()
