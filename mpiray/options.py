@@ -282,6 +282,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
             parser.error(f"argument {BY_NAME[name].flag}: {error}")
     if args.interface and args.address_rule:
         parser.error("give --interface or --address-rule, not both: each names the network the nodes advertise")
+    if args.container and args.autoscale:
+        parser.error("--autoscale and --container do not go together yet: Ray's autoscaler runs mpiray's node provider, "
+                     "which submits worker jobs with the batch system's commands, inside the image")
     if args.join and args.autoscale:
         parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):

@@ -295,3 +295,9 @@ def test_a_tmpdir_too_long_for_rays_sockets_gives_way_to_tmp_with_a_note(capsys)
     assert f"TMPDIR={pbs_tmpdir} is too long for Ray's socket paths" in capsys.readouterr().err
     assert parse_args([], environ={"TMPDIR": "/var/tmp/j7"}).temp_dir == Path("/var/tmp/j7")  # short enough
     assert capsys.readouterr().err == ""
+
+
+def test_a_container_and_an_elastic_cluster_are_refused_together():
+    """The autoscaler's node provider would run inside the image, where the batch system's commands are not."""
+    with pytest.raises(ConfigError, match="--autoscale and --container do not go together"):
+        parse_args(["--container", "podman:ray", "--autoscale", "1:3", "--", "true"], {})

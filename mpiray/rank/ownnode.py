@@ -92,14 +92,6 @@ class RealNode:
             env.setdefault(name, value)
         chosen = bool(config.interface or config.address_rule)
         env.update(commands.collective_env(env, network.interface_holding(spec.node_ip), chosen, spec.share.gpu_vendor))
-        box = containers.of(config)
-        if box is not None:  # `ray start` inside the image, its dirs and mpiray's code at hand
-            name = containers.container_name(me.current_session.job_id, me.rank)
-            binds = in_image(node.private.path, node.spill_dir)
-            env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
-            argv = box.command(argv, binds, env, name)
-            node.remove_container = box.remove_command(name) if box.named else []
-            me.log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
         # as --startup-timeout says instead.
         env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
@@ -108,6 +100,14 @@ class RealNode:
             # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,
             # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
             env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
+        box = containers.of(config)
+        if box is not None:  # `ray start` inside the image, its dirs and mpiray's code at hand; env is complete
+            name = containers.container_name(me.current_session.job_id, me.rank)
+            binds = in_image(node.private.path, node.spill_dir)
+            env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
+            argv = box.command(argv, binds, env, name)
+            node.remove_container = box.remove_command(name) if box.named else []
+            me.log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec)
         if head and config.dashboard:
             me.log.event("dashboard", port=spec.ports.dashboard)
