@@ -159,11 +159,13 @@ def find(environ: Mapping[str, str], vendor: str = "auto", scheduled: tuple[str,
         found = bound(environ, name)
         if found is not None:
             return found
-    present = ((name, *devices[name]) for name in vendors)
-    for name, source, ids in ((name, source, listed()) for name, source, listed in present):
+    for name in vendors:
+        source, listed = devices[name]
+        ids = listed()
+        if ids and scheduled is not None:  # the devices say whose; the scheduler's ids say which
+            return Gpus(name, scheduled, "the scheduler's GPU ids")
         if ids:
-            return Gpus(name, scheduled if scheduled is not None else ids,
-                        "the scheduler's GPU ids" if scheduled is not None else source)
+            return Gpus(name, ids, source)
     if scheduled is not None:  # the scheduler names GPUs this node shows no device of: NVIDIA's, as before
         return Gpus(vendors[-1], scheduled, "the scheduler's GPU ids")
     return Gpus(NONE if vendor == "auto" else vendor, (), "none found")
