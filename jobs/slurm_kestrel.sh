@@ -31,41 +31,13 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray, mpi4py and MPI, on every node:
 # docs/install.md; mpi4py built against Cray MPICH: MPICC=cc.
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
-# GPUs per node, as sbatch gave them (--gpus-per-node, which Slurm may write as "h100:4"); 0 without.
+# GPUs per node, as sbatch gave them (--gpus-per-node, which Slurm may write as "h100:4"): kestrel-gpu
+# when the job has GPUs (NVIDIA's variables for each node; the same network).
 gpus=${SLURM_GPUS_PER_NODE:-0}
-gpus=${gpus##*:}
-learners=$((${SLURM_JOB_NUM_NODES:-1} * gpus))  # the trainer's: a GPU learner per GPU of the cluster
+site=kestrel
+if [ "${gpus##*:}" != 0 ]; then site=kestrel-gpu; fi
 # The site's settings (mpiray/host/sites.py: network, GPU vendor, fabric variables); MPIRAY_SITE=
 # (empty) runs without. A setting of yours wins: MPIRAY_INTERFACE, MPIRAY_GPU_VENDOR, ...
-# kestrel-gpu when the job has GPUs: NVIDIA's variables for each node; the same network.
-site=kestrel
-if [ "$gpus" != 0 ]; then site=kestrel-gpu; fi
 export MPIRAY_SITE=${MPIRAY_SITE-$site}
-# srun's MPI plugin: pmi2, as NREL documents for Cray MPICH (Apptainer: pmix); `srun --mpi=list` shows them.
-SRUN_MPI=${SRUN_MPI:-pmi2}
-# What rank 0 runs once every node has joined (shell-style quoting works): the RLlib trainer.
-# A requeued job keeps its id, and the trainer continues the experiment that id started.
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus $learners --stop-timesteps 1000000"}
-# Seconds the driver gets from SIGTERM to SIGKILL to save a checkpoint; well below the 120 s notice.
-export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}
-# ---------------------------------------------------------------------------------------------
-
-set -uo pipefail
-eval "$ENV_SETUP"
-cd "$SLURM_SUBMIT_DIR" || exit 1
-
-echo "job $SLURM_JOB_ID: Ray on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_CPUS_PER_TASK CPUs" \
-     "and $gpus GPUs each, site ${MPIRAY_SITE:-none}"
-
-# srun: --mpi makes the ranks one MPI world (without it each rank is alone, and the launcher stops
-# saying so); --kill-on-bad-exit=1 ends the step when a rank dies; --cpus-per-task again, since Slurm
-# 22.05 srun does not inherit it from sbatch. The job step gets the job's GPUs. No fixed waits, no
-# cluster password, no `ray stop`: see jobs/slurm_multi_node.sh. `scancel --signal=TERM JOBID` gives
-# the driver MPIRAY_STOP_GRACE seconds.
-code=0
-srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 \
-     --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-     python "$MPIRAY_DIR/start_ray.py" --log-dir "$SLURM_SUBMIT_DIR/logs" || code=$?
-
-echo "job $SLURM_JOB_ID: exit code $code; per-rank logs in $SLURM_SUBMIT_DIR/logs/$SLURM_JOB_ID/"
-exit "$code"  # the job's ExitCode in sacct: the driver's
+# The rest (the GPUs, the trainer's learners, the driver, srun's MPI plugin, the srun line), every site's:
+source "$MPIRAY_DIR/jobs/slurm_site.sh"
