@@ -197,7 +197,7 @@ def test_the_container_job_script_as_shipped_on_three_hosts(slurm_testbed, jobs,
     job_id = jobs.submit(ROOT / "jobs" / "slurm_container.sh", tmp_path, env, "--nodes=3", "--cpus-per-task=2",
                          "--account=")
     result = slurm_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
-    output = (tmp_path / f"ray-container-{job_id}.out").read_text()
+    output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()  # --output=%x-%j.out, %x the test's name
     assert (result.state, result.exit_code) == ("COMPLETED", 0), output[-3000:]
     inside = driver_report(output, "INSIDE")
     assert (inside["nodes"], inside["python"]) == (3, "3.11.2")
