@@ -6,8 +6,9 @@ private dir, with the cluster's token in it, would stay in /tmp forever. The gua
 from the rank. Lines it understands:
     group PGID START   the node's process group (its leader's start time, /proc/PID/stat field 22)
     spill NODE PATH    the job's spill dir on this host, and the node's id there ("-" before it is known)
-    remove ARGV...     a command that removes a container by name (podman's: its conmon outlives a killed
-                       client), shell-quoted: the node's, and on rank 0 the driver's
+    remove PIDFILE ARGV...  a command that removes a container by name (podman's: its conmon outlives a
+                       killed client), shell-quoted, and the file its monitor wrote its PID to ("-": none):
+                       the node's, and on rank 0 the driver's
     done               the rank tidied up itself: exit and touch nothing
 End of file without "done" means the rank died: SIGKILL the group (unless its id was recycled:
 a process with pid PGID exists but started at another time), wait until the group is empty (at
@@ -120,18 +121,66 @@ def remove_spilled(path: Path, node_id: str | None) -> None:
 REMOVE_TIMEOUT = 60.0  # podman rm --force --time=0 of one container
 
 
-def remove_container(argv: list[str]) -> None:
-    """A container its client left running (podman's, under conmon): removed by its name, once."""
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = read_stat(int(entry))
+            if fields and int(fields[1]) == pid:  # fields: state, ppid
+                found.append(int(entry))
+    return found
+
+
+def kill_monitor(pidfile: Path) -> None:
+    """The container monitor that podman wrote to pidfile (--conmon-pidfile), with all below it: SIGKILL. A
+    client killed between its container's create and start leaves conmon and `runc init` that podman no longer
+    lists (seen here): removal by name finds nothing, so they go by the PID conmon wrote itself."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        with open(f"/proc/{pid}/comm") as comm:  # the PID still names that conmon, not a process since
+            if comm.read().strip() != "conmon":
+                return
+    except (OSError, ValueError, IndexError):
+        return
+    tree, look = [pid], [pid]
+    while look:
+        found = children(look.pop())
+        tree += found
+        look += found
+    for member in reversed(tree):
+        try:
+            os.kill(member, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def remove_container(argv: list[str], monitor_pidfile: Path | None = None) -> None:
+    """A container its client left running (podman's, under conmon): removed by its name, then its monitor's
+    tree, if any is left, by PID."""
     try:
         subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=REMOVE_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired):
         pass
+    if monitor_pidfile is not None:
+        kill_monitor(monitor_pidfile)
+
+
+# After the rank died: a client killed while it was still creating its container leaves one that appears
+# after a first removal found none (seen: the driver's, killed as it started). Removal again, 15 s in all.
+REMOVE_AGAIN_AFTER_S = (0.0, 1.0, 2.0, 4.0, 8.0)
+
+
+def remove_containers(removes: list[tuple[Path | None, list[str]]]) -> None:
+    for pause in REMOVE_AGAIN_AFTER_S:
+        time.sleep(pause)
+        for pidfile, argv in removes:
+            remove_container(argv, pidfile)
 
 
 def main(private_dir: Path, kept_logs: Path) -> None:
     group = spill = None
-    removes: list[list[str]] = []
+    removes: list[tuple[Path | None, list[str]]] = []
     for line in sys.stdin:
         words = line.rstrip("\n").split(" ", 2)
         if words == ["done"]:
@@ -140,12 +189,12 @@ def main(private_dir: Path, kept_logs: Path) -> None:
             group = int(words[1]), words[2]
         elif len(words) == 3 and words[0] == "spill":
             spill = Path(words[2]), None if words[1] == "-" else words[1]
-        elif words[0] == "remove":
-            removes.append(shlex.split(line.rstrip("\n")[len("remove "):]))
+        elif words[0] == "remove" and len(words) == 3:  # remove PIDFILE|- ARGV...
+            removes.append((None if words[1] == "-" else Path(words[1]), shlex.split(words[2])))
     if group is not None:
         kill_group(*group)
-    for remove in removes:
-        remove_container(remove)
+    if removes:
+        remove_containers(removes)
     try:
         keep_ray_logs(private_dir / "ray", kept_logs)
     finally:

@@ -107,9 +107,10 @@ class Guard:
         rank dies, the node's spilled objects go, and the dir once no node's are left (guard.remove_spilled)."""
         self._say(f"spill {node_id or '-'} {path}")
 
-    def remove_container(self, argv: list[str]) -> None:
-        """If the rank dies: argv removes the node's container by name (podman's outlives a killed client)."""
-        self._say("remove " + shlex.join(argv))
+    def remove_container(self, argv: list[str], monitor_pidfile: Path | None = None) -> None:
+        """If the rank dies: argv removes a container by name (podman's outlives a killed client), and what is
+        left of its monitor (guard.kill_monitor) goes by the PID in monitor_pidfile."""
+        self._say(f"remove {monitor_pidfile or '-'} {shlex.join(argv)}")
 
     def release(self, timeout: float = 5.0) -> None:
         """This rank tidied up itself: the guard exits without touching anything."""

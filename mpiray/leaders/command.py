@@ -38,6 +38,7 @@ class CommandLeader:
         self.tee: Tee | None = None  # the driver's output into driver.log
         self.me: Rank | None = None  # once started
         self.container = ""  # the driver's container's name, in the image
+        self.monitor: Path | None = None  # where podman's monitor of it wrote its PID
 
     def start(self, me: Rank, cluster: Cluster) -> None:
         self.me = me
@@ -66,9 +67,10 @@ class CommandLeader:
         private = Path(cluster.private_dir)
         env["PYTHONPATH"] = str(private / containers.CODE_DIR)
         self.container = containers.container_name(cluster.session.job_id, 0) + "-driver"
+        self.monitor = box.monitor_pidfile(private, self.container)
         if box.named and self.me is not None and self.me.node is not None:  # if rank 0 dies: its guard removes it
-            self.me.ray_node.guard.remove_container(box.remove_command(self.container))
-        return box.command(command, in_image(private, None), env, self.container)
+            self.me.ray_node.guard.remove_container(box.remove_command(self.container), self.monitor)
+        return box.command(command, in_image(private, None), env, self.container, self.monitor)
 
     def poll(self, timeout: float) -> int | None:
         assert self.proc is not None and self.me is not None, "poll() before start()"
@@ -86,7 +88,7 @@ class CommandLeader:
         if processes.stop_group(self.proc, grace) is None:
             self.me.log.event("driver_not_ended", pid=self.proc.pid)
         if self.box is not None and self.box.named:  # its client is gone; podman's conmon keeps the container
-            remove_container(self.box.remove_command(self.container))
+            remove_container(self.box.remove_command(self.container), self.monitor)
 
     def close(self, me: Rank) -> None:
         if self.tee is None:

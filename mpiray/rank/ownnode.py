@@ -105,7 +105,8 @@ class RealNode:
             name = containers.container_name(me.current_session.job_id, me.rank)
             binds = in_image(node.private.path, node.spill_dir)
             env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
-            argv = box.command(argv, binds, env, name)
+            node.container_monitor = box.monitor_pidfile(node.private.path, name)
+            argv = box.command(argv, binds, env, name, node.container_monitor)
             node.remove_container = box.remove_command(name) if box.named else []
             me.log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec)

@@ -24,6 +24,7 @@ import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from mpiray.config import Config
 from mpiray.errors import ImageFailed
@@ -74,9 +75,14 @@ class Container:
         """Whether its containers outlive their client (podman's conmon), so they are removed by name."""
         return self.kind in ("podman", "podman-hpc")
 
-    def command(self, argv: Sequence[str], binds: Sequence[Bind], env: Mapping[str, str], name: str) -> list[str]:
+    def monitor_pidfile(self, private: Path, name: str) -> Path | None:
+        """Where podman's container monitor (conmon) writes its PID, in the rank's private dir (None: no monitor)."""
+        return private / f"{name}.conmon.pid" if self.named else None
+
+    def command(self, argv: Sequence[str], binds: Sequence[Bind], env: Mapping[str, str], name: str,
+                monitor_pidfile: Path | None = None) -> list[str]:
         """argv run inside the image: binds, env the environment argv is started with (podman and enroot are
-        told its forwarded names), name the container's (podman's --name)."""
+        told its forwarded names), name the container's (podman's --name), monitor_pidfile podman's conmon's."""
         mounts = [bind.spec for bind in binds]
         passed = [] if KINDS[self.kind] else [n for n in sorted(env) if n.startswith(FORWARDED_PREFIXES)]
         flags = list(self.flags)
@@ -96,7 +102,9 @@ class Container:
         # podman, podman-hpc: a container of its own name, on the host's network, PIDs and /dev/shm; the
         # client forwards signals to it (--sig-proxy, the default), its stdin (the starter waits on it: -i) and
         # its output, and is the rank's child.
-        return [self.kind, "run", "--rm", "--interactive", f"--name={name}", "--network=host", "--pid=host", "--ipc=host",
+        monitor = [f"--conmon-pidfile={monitor_pidfile}"] if monitor_pidfile else []
+        return [self.kind, "run", "--rm", "--interactive", f"--name={name}", *monitor, "--network=host", "--pid=host",
+                "--ipc=host",
                 *(f"--volume={m}" for m in mounts), *(f"--env={n}" for n in passed), *flags, self.image, *argv]
 
     def remove_command(self, name: str) -> list[str]:

@@ -62,6 +62,7 @@ class RayNode:
         self.node_id: str | None = None  # Ray's, once ALIVE
         self.spill_dir: Path | None = None  # the job's spill dir on this host (spill.py), if it has one
         self.remove_container: list[str] = []  # removes its container by name after a stop (podman's), if any
+        self.container_monitor: Path | None = None  # where that container's monitor wrote its PID
 
     @classmethod
     def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
@@ -119,7 +120,7 @@ class RayNode:
         output.copy(proc.stdout, out)
         self.guard.watch_group(proc)
         if self.remove_container:
-            self.guard.remove_container(self.remove_container)
+            self.guard.remove_container(self.remove_container, self.container_monitor)
 
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
@@ -209,7 +210,7 @@ class RayNode:
                                               keep=frozenset([self.guard.proc.pid]))
         finally:
             if self.remove_container:
-                remove_container(self.remove_container)
+                remove_container(self.remove_container, self.container_monitor)
 
     def close(self) -> list[str]:
         """Keep Ray's logs, remove the private dir, let the guard go; each step runs whatever the others did.

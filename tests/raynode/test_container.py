@@ -3,6 +3,8 @@ documented usage: `apptainer exec --bind SRC:DST IMAGE CMD`, `ch-run --bind=SRC:
 --image=IMAGE --volume=SRC:DST CMD`, `enroot start --mount SRC:DST --env NAME IMAGE CMD`, `podman run --rm --name N
 --network=host --volume SRC:DST[:ro] --env NAME IMAGE CMD`."""
 
+from pathlib import Path
+
 import pytest
 
 from mpiray.raynode.container import Bind, Container, container_name, parse
@@ -30,9 +32,13 @@ def test_runtimes_that_pass_the_environment_on_get_binds_only(kind, expected):
 
 
 def test_podman_runs_a_named_container_on_the_hosts_network_and_is_told_which_variables_to_pass():
-    argv = Container("podman", "localhost/ray:2.60").command(ARGV, BINDS, ENV, "mpiray-4711-r0")
-    assert argv[:9] == ["podman", "run", "--rm", "--interactive", "--name=mpiray-4711-r0", "--network=host",
-                        "--pid=host", "--ipc=host", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab"]
+    box = Container("podman", "localhost/ray:2.60")
+    monitor = box.monitor_pidfile(Path("/tmp/mpiray-0-r0-ab"), "mpiray-4711-r0")
+    argv = box.command(ARGV, BINDS, ENV, "mpiray-4711-r0", monitor)
+    assert argv[:10] == ["podman", "run", "--rm", "--interactive", "--name=mpiray-4711-r0",
+                         "--conmon-pidfile=/tmp/mpiray-0-r0-ab/mpiray-4711-r0.conmon.pid", "--network=host",
+                         "--pid=host", "--ipc=host", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab"]
+    assert Container("apptainer", "x").monitor_pidfile(Path("/tmp/p"), "n") is None
     passed = [arg[len("--env="):] for arg in argv if arg.startswith("--env=")]
     # Names only (podman takes each value from its own environment): no token or value on the command line.
     assert passed == ["GLOO_SOCKET_IFNAME", "PYTHONPATH", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "ROCR_VISIBLE_DEVICES"]
