@@ -141,10 +141,10 @@ def rank_pids(launcher_pid: int) -> list[int]:
     script = str(ROOT / "start_ray.py")
     found = []
     for process in psutil.Process(launcher_pid).children(recursive=True):
-        try:
-            if script in process.cmdline():
+        try:  # a rank's own child between its fork and its exec still shows the rank's command line: not a rank
+            if script in process.cmdline() and script not in process.parent().cmdline():
                 found.append(process.pid)
-        except psutil.Error:  # gone, or a zombie not reaped yet (a runtime's double fork: podman's conmon)
+        except (psutil.Error, AttributeError):  # gone, a zombie not reaped yet (podman's conmon), or an orphan
             continue
     return found
 
