@@ -141,8 +141,10 @@ def rank_pids(launcher_pid: int) -> list[int]:
     script = str(ROOT / "start_ray.py")
     found = []
     for process in psutil.Process(launcher_pid).children(recursive=True):
-        try:  # a rank's own child between its fork and its exec still shows the rank's command line: not a rank
-            if script in process.cmdline() and script not in process.parent().cmdline():
+        try:  # a rank's own child between its fork and its exec shows the rank's command line: not a rank.
+            # (Not "the parent's lacks the script": Open MPI's prterun, the ranks' parent, holds it too.)
+            cmdline = process.cmdline()
+            if script in cmdline and cmdline != process.parent().cmdline():
                 found.append(process.pid)
         except (psutil.Error, AttributeError):  # gone, a zombie not reaped yet (podman's conmon), or an orphan
             continue
