@@ -4,6 +4,7 @@
     srun mpiray run --join JOB_ID                                 (this job's nodes join JOB_ID's cluster)
     mpiray logs [LOG_DIR/]JOB_ID [--json] [--png FILE]
     mpiray list | mpiray attach JOB_ID -- python driver.py | mpiray dashboard JOB_ID
+    mpiray submit JOB_ID -- python driver.py | mpiray jobs JOB_ID [logs|stop SUBMISSION]
 
 `mpiray` alone (or --help) says what it can do. Options are declared in options.py. Bad input ends
 every task with exit code 2 before MPI starts, and only the job's first task says why, in one line.
@@ -63,10 +64,10 @@ def leader_for(config: Config) -> Leader:
     return CommandLeader(config.driver, box)
 
 
-def entry(module: str) -> Callable[[Sequence[str]], int]:
+def entry(module: str, function: str = "main") -> Callable[[Sequence[str]], int]:
     """A command's main, imported when the command runs: `mpiray run`, which every rank of a job runs, pays
     for none of the others' imports (measured: `--dry-run` at 64 ranks, tests/benchmarks/bench_preflight.py)."""
-    return lambda argv: importlib.import_module(module).main(argv)
+    return lambda argv: getattr(importlib.import_module(module), function)(argv)
 
 
 # Each command: what it does (one line of the overview), an example, and its entry point.
@@ -79,6 +80,10 @@ COMMANDS: dict[str, tuple[str, str, Callable[[Sequence[str]], int]]] = {
              "mpiray list", entry("mpiray.elastic.listing")),
     "attach": ("run a driver against your running cluster, from a login node or another job",
                "mpiray attach 4711 -- python evaluate.py", entry("mpiray.elastic.attach")),
+    "submit": ("run a driver on your running cluster as a Ray Job (from a login node; it outlives this shell)",
+               "mpiray submit 4711 -- python train.py", entry("mpiray.elastic.submit")),
+    "jobs": ("the Ray Jobs of your running cluster: list them, print one's output, stop one",
+             "mpiray jobs 4711 logs mpiray-4711-...", entry("mpiray.elastic.submit", "jobs_main")),
     "dashboard": ("the ssh tunnel to a running cluster's Ray dashboard, and how to log in to it",
                   "mpiray dashboard 4711", entry("mpiray.elastic.dashboard")),
 }

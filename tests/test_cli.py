@@ -39,7 +39,7 @@ def test_under_a_launcher_only_the_first_task_prints_it(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, hint", [
-    (["frob"], "the commands are run, logs, list, attach, dashboard"),
+    (["frob"], "the commands are run, logs, list, attach, submit, jobs, dashboard"),
     (["--num-cpus", "4", "--", "python", "x.py"], "options belong to a command: mpiray run --num-cpus 4 -- python x.py"),
 ])
 def test_a_wrong_command_is_one_line_that_names_the_right_ones(capsys, argv, hint):

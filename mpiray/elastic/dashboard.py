@@ -1,8 +1,8 @@
 """`mpiray dashboard JOB_ID`: how to open a running cluster's Ray dashboard from your own machine.
 
-With --dashboard the head serves Ray's dashboard on 127.0.0.1 of its host, on a port of the job's block:
-nothing off that host reaches it, but every user on that host does (127.0.0.1 is shared by all of them),
-so Ray asks for the cluster's token before it shows anything (unless the cluster runs --no-auth). This
+With --dashboard the head serves Ray's dashboard (and Jobs API: `mpiray submit`) on a port of the job's block:
+with token auth on the head's address, where Ray asks every request for the cluster's token; with --no-auth
+on 127.0.0.1 of its host alone (every user on that host reaches it there, nobody off it). This
 command starts nothing: it reads the cluster from the registry and prints the ssh tunnel, from the host
 it runs on (a login node) and from your machine through that host, and where the token is.
 """
@@ -24,11 +24,12 @@ LOCAL_PORT = 8265  # Ray's own dashboard port, on the user's machine
 
 def tunnel(entry: Entry, token_path: Path | None, login: str, user: str, local_port: int = LOCAL_PORT) -> str:
     """What to run and open, as lines (pure, for the tests)."""
-    forward = f"-L {local_port}:127.0.0.1:{entry.dashboard_port}"
+    forward = f"-L {local_port}:{entry.dashboard_host}:{entry.dashboard_port}"
     here, yours = f"from {login} (here):", "from your machine:"
     width = max(len(here), len(yours)) + 2
     lines = [
-        f"cluster {entry.job_id}: Ray's dashboard is on 127.0.0.1:{entry.dashboard_port} of {entry.host} (the head).",
+        f"cluster {entry.job_id}: Ray's dashboard is on {entry.dashboard_host}:{entry.dashboard_port} of {entry.host} "
+        f"(the head).",
         "",
         f"  {here:<{width}}ssh -N {forward} {entry.host}",
         f"  {yours:<{width}}ssh -N -J {user}@{login} {forward} {user}@{entry.host}",
@@ -36,7 +37,7 @@ def tunnel(entry: Entry, token_path: Path | None, login: str, user: str, local_p
         f"then open http://localhost:{local_port}",
     ]
     if token_path is not None:
-        lines += [f"and log in with the cluster's token (every user on {entry.host} can reach the port; the token is",
+        lines += [f"and log in with the cluster's token (every user who reaches {entry.host} can reach the port; the token is",
                   f"yours alone):  cat {token_path}"]
     else:
         lines.append(f"(no token: the cluster runs --no-auth, so every user on {entry.host} can use it too)")

@@ -53,7 +53,8 @@ class Entry:
     cpus: float = 0.0
     gpus: float = 0.0
     autoscale: dict = field(default_factory=dict)  # the autoscaler's bounds and worker jobs, if it runs
-    dashboard_port: int | None = None  # the head's dashboard on 127.0.0.1 of its host, with --dashboard
+    dashboard_port: int | None = None  # the head's dashboard (and Jobs API), with --dashboard
+    dashboard_host: str = "127.0.0.1"  # where it listens: the head's address with token auth (commands.dashboard_host)
     client_port: int | None = None  # the head's Ray Client server (ray://head_ip:PORT), where ray[default] runs it
 
     def stale(self, now: float | None = None) -> str | None:

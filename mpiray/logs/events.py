@@ -78,8 +78,8 @@ KINDS = _kinds(
     private_dir=(INFO, "private dir (0700, token and Ray's temp dir): {path}"),
     node_starting=(INFO, "starting a Ray {role} node: {command}"),  # + argv
     node_output=(INFO, "Ray output: {output}; Ray's session logs kept in {kept_logs} at the end"),
-    dashboard=(INFO, "dashboard on 127.0.0.1:{port} of {host}: `mpiray dashboard JOB_ID` prints the ssh tunnel to it "
-                     "and how to log in"),
+    dashboard=(INFO, "dashboard and Jobs API on {listen}:{port} of {host}: `mpiray submit JOB_ID -- CMD` runs a "
+                     "driver through it, `mpiray dashboard JOB_ID` prints the ssh tunnel and how to log in"),
     worker_will_connect=(INFO, "this worker's node at {ip} will join {gcs_address}"),
     compat_note=(INFO, "Ray compatibility: {note}"),  # + key
     join_retry=(WARNING, "{reason}; the head is up: starting this rank's node again (attempt {attempt} of "
@@ -99,6 +99,9 @@ KINDS = _kinds(
                          "after {seconds:.1f} s"),
     node_manifest=(INFO, "node manifest: {ip} ({interface}), ports {listening}, Ray {ray}, token {token}"),
     published=(INFO, "this cluster is in the registry {root} as {job_id}: other jobs can --join it, shells attach"),
+    cluster_info=(INFO, "how to reach this cluster from a login node (Jobs API, tunnel, nodes): {path}"),
+    cluster_info_failed=(WARNING, "{path} could not be written ({problem}): mpiray list and the registry still "
+                                  "say how to reach the cluster"),
     registry_failed=(WARNING, "the cluster registry {root} cannot be used ({problem}): --join and attach will not "
                               "find this cluster"),
     joining=(INFO, "joining cluster {cluster} at {gcs_address} (its head on {head_host}) with {workers} more ranks"),

@@ -44,10 +44,10 @@ from mpiray.rank.messages import (
     resource_fields,
     versions,
 )
-from mpiray.rank.ownnode import driver_gpu_variables, log_context, start_node
+from mpiray.rank.ownnode import dashboard_listen, driver_gpu_variables, log_context, start_node
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
-from mpiray.raynode.commands import head_ports
+from mpiray.raynode.commands import LOOPBACK, head_ports
 from mpiray.raynode.gcs import NodeInfo
 
 if TYPE_CHECKING:
@@ -213,10 +213,17 @@ class Head(RankZero):
     def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """This cluster in the user's registry: how other jobs (--join) and shells (attach) reach it; the
         autoscaler told which nodes are the job's own."""
+        from mpiray.elastic import info
         from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
 
-        registry = Registry(self.me.config.registry)
-        self.published = publish(registry, self.entry(cluster), cluster.session.token, self.me.log)
+        registry, entry = Registry(self.me.config.registry), self.entry(cluster)
+        self.published = publish(registry, entry, cluster.session.token, self.me.log)
+        token = registry.token_path(entry.job_id) if self.published is not None and cluster.session.token else None
+        try:
+            path = info.write(cluster.log_dir, info.build(entry, cluster.nodes, token))
+            self.me.log.event("cluster_info", path=str(path))
+        except OSError as error:
+            self.me.log.event("cluster_info_failed", path=str(cluster.log_dir / info.FILE_NAME), problem=str(error))
         if self.autoscale is not None:
             self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in cluster.nodes if r.rank != 0])
 
@@ -238,6 +245,7 @@ class Head(RankZero):
             ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
             cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
             dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
+            dashboard_host=dashboard_listen(me.config, spec.node_ip) if spec is not None else LOOPBACK,
             client_port=head_ports(spec).ray_client if spec is not None else None,
         )
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from mpiray import package
+from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import ConfigError, ImageFailed, NodeStartFailed, StartupTimeout
 from mpiray.host import gpus, network, processes, resources, sites
@@ -111,7 +112,7 @@ class RealNode:
             me.log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec)
         if head and config.dashboard:
-            me.log.event("dashboard", port=spec.ports.dashboard)
+            me.log.event("dashboard", port=spec.ports.dashboard, listen=dashboard_listen(config, spec.node_ip))
 
     def up(self, me: Rank, joins: bool) -> NodeInfo:
         me.ray_node.release()
@@ -213,7 +214,8 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     box = containers.of(config)
     if box is not None:  # the image's Python, which may predate -P
         ray = [box.python, "-m", "mpiray.raynode.starter", *(["--niced-import"] if not head else [])]
-    argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
+    argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics,
+                                 dashboard_host=dashboard_listen(config, node_ip)) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
     for note in share.notes:
         me.log.event("resource_note", note=note)
@@ -312,3 +314,9 @@ def write_manifest(me: Rank) -> None:
 def _mpi4py_version() -> str:
     module = sys.modules.get("mpi4py")
     return getattr(module, "__version__", "not loaded")
+
+
+def dashboard_listen(config: Config, node_ip: str) -> str:
+    """Where this job's head dashboard (Ray's Jobs API) listens (commands.dashboard_host). The image's Ray may be
+    another than the one here, whose dashboard is read: in an image, the dashboard stays on 127.0.0.1."""
+    return commands.dashboard_host(node_ip, config.auth, not config.container and raycompat.dashboard_checks_token())

@@ -125,8 +125,13 @@ def _common(spec: NodeSpec, max_worker: int) -> list[str]:
     return argv
 
 
-def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True) -> list[str]:
-    """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent)."""
+LOOPBACK = "127.0.0.1"
+
+
+def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True,
+                 dashboard_host: str = LOOPBACK) -> list[str]:
+    """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent);
+    dashboard_host: where the dashboard (and Jobs API) listens (dashboard_host())."""
     ports, extra = spec.ports, head_ports(spec)
     argv = [*ray, "start", "--head", f"--port={ports.gcs}", *_common(spec, extra.max_worker)]
     if extra.ray_client:  # given without grpcio, a port is an error
@@ -141,9 +146,17 @@ def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics
         argv.append(METRICS_OFF)
     # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
     # by every job on the host.
-    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", "--dashboard-host=127.0.0.1",
+    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", f"--dashboard-host={dashboard_host}",
              f"--dashboard-port={ports.dashboard}"]
     return argv
+
+
+def dashboard_host(node_ip: str, auth: bool, checks_token: bool) -> str:
+    """Where the head's dashboard, and so Ray's Jobs API, listens: on the head's address (the job's interface)
+    where Ray asks every request for the cluster's token, so a login node can submit; elsewhere (--no-auth,
+    or a Ray whose dashboard does not check it) on 127.0.0.1 of the head's host alone, reached by a tunnel.
+    checks_token: raycompat.dashboard_checks_token() of the Ray that runs the head."""
+    return node_ip if auth and checks_token else LOOPBACK
 
 
 def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list[str]:

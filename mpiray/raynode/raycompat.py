@@ -86,6 +86,21 @@ def agent_http_problem(auth: bool, full_agent: bool, agent_source: str | None = 
 
 
 @functools.cache
+def dashboard_checks_token(source: str | None = None) -> bool:
+    """Whether the installed Ray's dashboard (the head's HTTP server: Jobs API, state API) asks every request
+    for the cluster's token; False where it would serve anyone (or no Ray is here to tell).
+
+    source: the text of ray/dashboard/http_server_head.py (read from the installed Ray)."""
+    if source is None:
+        spec = importlib.util.find_spec("ray")  # does not import Ray
+        try:
+            source = Path(spec.origin).parent.joinpath("dashboard", "http_server_head.py").read_text()  # type: ignore[union-attr, arg-type]
+        except (AttributeError, OSError, TypeError):
+            return False
+    return "get_token_auth_middleware" in source
+
+
+@functools.cache
 def intel_visible_variable(source: str | None = None) -> str:
     """The variable the installed Ray reads an Intel GPU node's visible devices from: ZE_AFFINITY_MASK (Ray
     2.60, ray-project/ray PR#64440), or ONEAPI_DEVICE_SELECTOR (Ray 2.52). Read from Ray's files, not its version.

@@ -30,6 +30,11 @@ def test_the_tunnel_goes_through_the_login_node_to_the_heads_loopback_port(tmp_p
     assert f"cat {registry.token_path('4711')}" in out and "s3cret" not in out  # where the token is, never the token
 
 
+def test_with_token_auth_the_tunnel_goes_to_the_heads_address_where_the_dashboard_listens():
+    text = dashboard.tunnel(entry(dashboard_host="10.0.0.7"), None, "login1", "ana")
+    assert "ssh -N -L 8265:10.0.0.7:25299 x1000c0s1b0n0" in text and "on 10.0.0.7:25299 of x1000c0s1b0n0" in text
+
+
 def test_a_cluster_without_a_token_says_that_everyone_on_its_host_can_use_it():
     text = dashboard.tunnel(entry(), None, "login1", "ana", local_port=9000)
     assert "-L 9000:127.0.0.1:25299" in text and "--no-auth" in text and "cat " not in text

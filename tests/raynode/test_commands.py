@@ -37,6 +37,16 @@ def test_dashboard_binds_to_loopback_and_a_port_of_the_block_even_when_off(dashb
     assert f"--dashboard-port={PORTS.dashboard}" in argv and "8265" not in " ".join(argv)
 
 
+@pytest.mark.parametrize("auth, checks_token, listens", [
+    (True, True, "10.0.0.7"),  # a login node submits to it; Ray asks every request for the token
+    (False, True, "127.0.0.1"),  # --no-auth: nobody off the head's host
+    (True, False, "127.0.0.1"),  # a Ray whose dashboard would serve anyone
+])
+def test_the_jobs_api_listens_on_the_heads_address_only_where_ray_asks_for_the_token(auth, checks_token, listens):
+    assert commands.dashboard_host("10.0.0.7", auth, checks_token) == listens
+    assert f"--dashboard-host={listens}" in head_command(["ray"], SPEC, dashboard=True, dashboard_host=listens)
+
+
 def test_worker_command_joins_the_head_and_has_no_head_only_flags():
     argv = worker_command(["ray"], SPEC, "10.0.0.1:6380")
     assert argv[:3] == ["ray", "start", "--address=10.0.0.1:6380"]

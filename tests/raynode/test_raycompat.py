@@ -166,3 +166,9 @@ def test_a_dashboard_agent_that_takes_jobs_without_the_token_is_refused_with_aut
     from mpiray.raynode import commands
 
     assert raycompat.agent_http_problem(True, full_agent=commands.metrics_agent_problem() is None) is None
+
+
+def test_the_dashboard_checks_the_token_where_its_server_has_rays_token_middleware():
+    assert raycompat.dashboard_checks_token("middlewares=[get_token_auth_middleware(aiohttp, paths)]")
+    assert not raycompat.dashboard_checks_token("middlewares=[self.metrics_middleware]")
+    assert raycompat.dashboard_checks_token()  # the installed Ray (>= 2.52 with token auth) has it

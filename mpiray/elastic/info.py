@@ -1,0 +1,53 @@
+"""`cluster_info.json` in the job's log dir (LOG_DIR/JOB_ID/): how to reach the running cluster, for a person
+or a program on a login node (a notebook, a workflow tool) that would rather read a file than the registry.
+
+Written once by rank 0 of the head's job when the cluster is up, beside the rank logs, 0600 like them; no
+secret: the token stays in the registry, and the file names its path. Its keys are INFO_KEYS (docs/logs.md
+lists them; a test pins them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from mpiray.elastic.registry import Entry
+
+FILE_NAME = "cluster_info.json"
+LOCAL_PORT = 8265  # Ray's own dashboard port, on the user's machine (mpiray dashboard's default)
+INFO_KEYS = ("job_id", "host", "head_ip", "gcs_address", "ray", "python", "scheduler", "ends_at", "dashboard_url",
+             "jobs_url", "ray_client", "token_path", "tunnel", "submit", "nodes")
+NODE_KEYS = ("rank", "host", "ip", "node_id", "cpus", "gpus")
+
+
+def build(entry: Entry, nodes: Sequence, token_path: Path | None) -> dict:
+    """The file's content (pure): entry is the cluster's registry entry, nodes its Report of each Ray node."""
+    url = f"http://{entry.dashboard_host}:{entry.dashboard_port}" if entry.dashboard_port is not None else None
+    tunnel = (f"ssh -N -L {LOCAL_PORT}:{entry.dashboard_host}:{entry.dashboard_port} {entry.host}"
+              if entry.dashboard_port is not None else None)
+    info = {
+        "job_id": entry.job_id, "host": entry.host, "head_ip": entry.head_ip, "gcs_address": entry.gcs_address,
+        "ray": entry.ray, "python": entry.python, "scheduler": entry.scheduler, "ends_at": entry.ends_at,
+        "dashboard_url": url, "jobs_url": url, "ray_client": f"ray://{entry.head_ip}:{entry.client_port}"
+        if entry.client_port is not None else None,
+        "token_path": str(token_path) if token_path is not None else None, "tunnel": tunnel,
+        "submit": f"mpiray submit {entry.job_id} -- python driver.py" if url is not None else None,
+        "nodes": [{"rank": node.rank, "host": node.host, "ip": node.node_ip, "node_id": node.node_id,
+                   "cpus": node.resources.get("CPU", 0), "gpus": node.resources.get("GPU", 0)} for node in nodes],
+    }
+    assert tuple(info) == INFO_KEYS
+    return info
+
+
+def write(job_dir: Path, info: dict) -> Path:
+    """info as job_dir/cluster_info.json, written whole (a temporary name, then renamed)."""
+    path = job_dir / FILE_NAME
+    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(info, out, indent=1)
+        out.write("\n")
+    os.replace(tmp, path)
+    return path
