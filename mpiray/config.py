@@ -50,6 +50,7 @@ class Config:
     worker_gpus: int | None = None  # GPUs of a worker job's node (default: 0)
     learner_slots: int | None = None  # mpiray_learner_slot per Ray node (default: its GPUs, else 1)
     worker_pending_limit: float | None = None  # seconds a worker job may be queued (default: as long as Ray wants it)
+    scheduler_poll: float = 10.0  # seconds between the autoscaler's scheduler queries, at least (provider.py)
 
 
 def parse_bounds(text: str) -> tuple[int, int]:

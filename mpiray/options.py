@@ -205,6 +205,9 @@ OPTIONS = (
     Option("worker_pending_limit", None, "seconds a worker job may wait in the queue before it is cancelled and "
            "counted as failed (the next submit backs off); by default it waits as long as Ray wants its node, "
            "since a production queue can take hours", values.positive_seconds, shown_default="none"),
+    Option("scheduler_poll", 10.0, "the autoscaler asks the batch scheduler (squeue, qstat) about its worker jobs at "
+           "most once per this many seconds, as sites ask of scripts; a worker's node is seen as it joins, not "
+           "by polling", values.positive_seconds),
     Option("dry_run", False, "the whole MPI protocol (session, host split, resources, ports, reports, exit code) "
            "and each rank's exact `ray start` line, but no Ray and no driver; rank 0 prints the planned cluster. "
            "With `--join JOB`: that cluster is checked (registry, versions, its GCS answers) and this job's nodes "

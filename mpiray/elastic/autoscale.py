@@ -123,7 +123,7 @@ class Autoscale:
                 "scheduler": self.scheduler, "max_workers": max_workers, "worker_job": asdict(job),
                 "state": str(self.state_path), "static": str(self.static_path),
                 "joins": str(self.registry.root / f"{self.job_id}.joins"), "log_dir": str(self.job_dir),
-                "pending_limit": config.worker_pending_limit,
+                "pending_limit": config.worker_pending_limit, "scheduler_poll": config.scheduler_poll,
             },
             "available_node_types": {
                 HEAD_TYPE: {"resources": {"CPU": head_share.cpus, "GPU": len(head_share.gpu_ids)}, "node_config": {},

@@ -53,7 +53,8 @@ from mpiray.logs.events import RankLog
 
 SUBMITS_PER_WINDOW, SUBMIT_WINDOW_S = 4, 10.0
 BACKOFF_FIRST_S, MAX_FAILURES = 10.0, 3
-REFRESH_S = 1.0  # the scheduler is asked at most this often (Ray asks the provider many times per update)
+REFRESH_S = 1.0  # the nodes are looked at at most this often (Ray asks the provider many times per update)
+SCHEDULER_POLL_S = 10.0  # the scheduler is asked at most this often (--scheduler-poll): sites ask scripts to poll rarely
 
 
 class BatchNodeProvider(NodeProvider):
@@ -72,6 +73,9 @@ class BatchNodeProvider(NodeProvider):
                                             "stopped": "", "submits": []})
         self.tags: dict[str, dict] = {}
         self.refreshed = 0.0
+        self.scheduler_poll = float(provider_config.get("scheduler_poll") or SCHEDULER_POLL_S)
+        self.asked = -float("inf")  # when the scheduler was last asked (monotonic)
+        self.states: dict[str, str] = {}  # its answer then: job id -> PENDING, RUNNING, GONE
         self.unanswered = ""  # the scheduler's last failure to answer, said once while it lasts
         self.deferred = ""  # why the last submit Ray asked for had to wait
         self.log = RankLog(0, socket.gethostname())
@@ -196,19 +200,15 @@ class BatchNodeProvider(NodeProvider):
         for node in static.get("workers", []):
             tags[node] = self._tags(NODE_KIND_UNMANAGED, STATIC_TYPE, node, STATUS_UP_TO_DATE)
         jobs = {node: job for node, job in self.state["jobs"].items() if job["state"] != GONE}
-        try:
-            states = self.scheduler.states([job["job"] for job in jobs.values()])
-        except CommandFailed as error:  # a busy or restarting server: the jobs stay as they were, asked again later
-            states = {job["job"]: job["state"] for job in jobs.values()}
-            if str(error) != self.unanswered:
-                self.log.event("scheduler_unanswered", problem=str(error))
-            self.unanswered = str(error)
-        else:
-            self.unanswered = ""
+        states = self._ask_scheduler([job["job"] for job in jobs.values()])
         joined = self._joined()
         now = time.time()
         for node, job in jobs.items():
-            new = states.get(job["job"], GONE)
+            # A job the scheduler has not been asked about since its submit is as it was (PENDING); one whose
+            # node joined runs, whatever the last answer said: the join, not the next query, makes it up.
+            new = states.get(job["job"], job["state"])
+            if node in joined and new == PENDING:
+                new = RUNNING
             if new == RUNNING and job["state"] == PENDING:
                 self.log.event("job_started", node=node, job=job["job"], waited=round(now - job["submitted"], 1))
             if node in joined and not job["joined"]:
@@ -232,6 +232,23 @@ class BatchNodeProvider(NodeProvider):
                 tags[node] = self._worker_tags(node, joined=job["joined"])
         self.tags = {node: {**self.tags.get(node, {}), **tags[node]} for node in tags}  # Ray's own tags kept
         save(self.state_path, self.state)
+
+    def _ask_scheduler(self, job_ids: list[str]) -> dict[str, str]:
+        """The worker jobs' states, asked of the scheduler at most once per scheduler_poll seconds (else its last
+        answer); a job it no longer lists is GONE."""
+        if time.monotonic() - self.asked < self.scheduler_poll or not job_ids:
+            return self.states
+        self.asked = time.monotonic()
+        try:
+            answer = self.scheduler.states(job_ids)
+        except CommandFailed as error:  # a busy or restarting server: the jobs stay as they were, asked again later
+            if str(error) != self.unanswered:
+                self.log.event("scheduler_unanswered", problem=str(error))
+            self.unanswered = str(error)
+            return self.states
+        self.unanswered = ""
+        self.states = {job_id: answer.get(job_id, GONE) for job_id in job_ids}
+        return self.states
 
     def _joined(self) -> set[str]:
         """The provider's node ids whose Ray node joined (a worker job's Joiner writes that in the registry)."""

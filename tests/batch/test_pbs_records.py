@@ -225,6 +225,7 @@ def provider_module(monkeypatch):
     from mpiray.elastic import provider
 
     monkeypatch.setattr(provider, "REFRESH_S", 0.0)
+    monkeypatch.setattr(provider, "SCHEDULER_POLL_S", 0.0)
     return provider
 
 
@@ -342,3 +343,28 @@ def test_the_testbed_reads_pbsnodes_and_qstat_as_pbs_printed_them(tmp_path, repl
     assert replayed.argvs() == [["pbsnodes", "-a", "-F", "json"],
                                 ["qstat", "-f", "-F", "json", "-x", recorded.QDELETED_ID]]
     assert json.loads(recorded.PBSNODES)["pbs_version"] == recorded.PBS_VERSION == "23.06.06"
+
+
+def test_the_provider_asks_the_scheduler_once_per_poll_period_and_sees_a_join_at_once(tmp_path, replayed,
+                                                                                     provider_module):
+    """Ray asks the provider many times a second; qstat runs at most once per --scheduler-poll (10 s by default),
+    and the worker's node is up as soon as its job says it joined, not at the next qstat."""
+    from ray.autoscaler.tags import STATUS_UP_TO_DATE, TAG_RAY_NODE_STATUS
+
+    job_dir, joins = tmp_path / "logs" / "7", tmp_path / "joins"
+    job_dir.mkdir(parents=True)
+    joins.mkdir()
+    job = WorkerJob(cluster="7", python=sys.executable, log_dir=str(job_dir), cpus=1)
+    provider = provider_module.BatchNodeProvider({"state": str(tmp_path / "state.json"), "static": str(tmp_path / "static.json"),
+                                  "joins": str(joins), "max_workers": 2, "scheduler": "pbs", "scheduler_poll": 10.0,
+                                  "worker_job": vars(job), "log_dir": str(job_dir)}, "mpiray-7")
+    replayed.reply("qsub", recorded.QSUB_WORKER)
+    replayed.reply("qstat", recorded.DSV_TWO_JOBS)
+    provider.create_node({}, {}, 1)
+    (joins / "node-1.json").write_text(json.dumps({"provider_node": "1"}))
+    for _ in range(50):
+        assert "1" in provider.non_terminated_nodes({})
+    provider.log.close()
+    assert provider.node_tags("1")[TAG_RAY_NODE_STATUS] == STATUS_UP_TO_DATE
+    assert provider.state["jobs"]["1"]["state"] == RUNNING
+    assert sum(argv[0] == "qstat" and "-x" in argv for argv in replayed.argvs()) == 1

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from elastic_measures import DEMAND, interleave, node_alive_time, row, table  # noqa: E402
 
 from mpiray.batch import jobs, slurm  # noqa: E402
+from mpiray.elastic.provider import SCHEDULER_POLL_S  # noqa: E402
 from mpiray.elastic.registry import Registry  # noqa: E402
 from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
 
@@ -122,7 +123,8 @@ def main() -> int:
         "# Elastic cluster benchmark", "",
         f"{report['date']} on the 3-host Slurm testbed (2 CPUs in all), median of {args.repeats} interleaved "
         f"repeats; each worker job is one Ray node of 1 CPU; Ray's autoscaler updates every "
-        f"{AUTOSCALER_UPDATE_S} s (mpiray's setting; Ray's default is 5 s).", "", *rows, "",
+        f"{AUTOSCALER_UPDATE_S} s (mpiray's setting; Ray's default is 5 s); the provider asks Slurm at most every "
+        f"{SCHEDULER_POLL_S:g} s (--scheduler-poll's default).", "", *rows, "",
         "Every run: " + "; ".join(f"by hand {h['sbatch_to_node_alive_s']} s, autoscaled "
                                   f"{a['demand_to_node_alive_s']} s" for h, a in zip(hand, auto)), ""])
     print(text)
