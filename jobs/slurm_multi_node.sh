@@ -30,6 +30,8 @@ ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # A requeued job keeps its id, and the trainer continues the experiment that id started from its
 # last checkpoint (a finished one is not trained again): nothing here changes between runs.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
+# A cluster that serves Ray Jobs only (`mpiray submit JOB_ID -- ...` from a login node), up until its walltime:
+#   MPIRAY_DASHBOARD=1 MPIRAY_DRIVER="sleep infinity" sbatch jobs/slurm_multi_node.sh
 # Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
 # processes then get at most 5 s more). Keep it well below the 120 s notice above.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from mpiray.errors import ConfigError, LaunchError
 
 __version__ = "0.1.0"
-__all__ = ["ClusterInfo", "ConfigError", "LaunchError", "cluster", "init", "shutdown"]
+__all__ = ["ClusterInfo", "ConfigError", "LaunchError", "cluster", "init", "jobs_client", "shutdown"]
 _LIBRARY = ("ClusterInfo", "cluster", "init", "shutdown")
 
 if TYPE_CHECKING:
+    from mpiray.elastic.submit import jobs_client
     from mpiray.library import ClusterInfo, cluster, init, shutdown
 
 
@@ -25,4 +26,8 @@ def __getattr__(name: str):
         from mpiray import library
 
         return getattr(library, name)
+    if name == "jobs_client":  # a login node's: Ray's Jobs API with the cluster's token
+        from mpiray.elastic.submit import jobs_client
+
+        return jobs_client
     raise AttributeError(f"module 'mpiray' has no attribute {name!r}")

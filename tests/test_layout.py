@@ -28,6 +28,7 @@ DEFERRED = {
     ("mpiray.rank.life", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray.library", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray", "mpiray.library"): "`import mpiray` stays cheap for helper processes and scripts",
+    ("mpiray", "mpiray.elastic.submit"): "`import mpiray` stays cheap: mpiray.jobs_client is a login node's",
     # What one kind of job needs, off the start of every rank of every job (--dry-run at 64 ranks: bench_preflight.py)
     ("mpiray.rank.head", "mpiray.elastic.autoscale"): "an elastic cluster's alone",
     ("mpiray.rank.head", "mpiray.elastic.registry"): "a running cluster's rank 0 alone (not its workers, not a dry run)",

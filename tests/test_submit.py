@@ -151,3 +151,18 @@ def test_the_jobs_api_refuses_a_request_without_the_token_and_another_user_canno
         attempt = subprocess.run(["runuser", "-u", "nobody", "--", "cat", path], capture_output=True, text=True,
                                  timeout=30)
         assert attempt.returncode != 0 and "Permission denied" in attempt.stderr, path
+
+
+def test_a_notebook_on_a_login_host_drives_the_cluster(cluster):
+    """jobs/cluster_notebook.ipynb, executed headless (nbclient, a real Jupyter kernel) on the login host."""
+    job_id, _, _ = cluster
+    script = ("import nbclient, nbformat, sys\n"
+              "notebook = nbformat.read(sys.argv[1], as_version=4)\n"
+              "nbclient.NotebookClient(notebook, timeout=240, kernel_name='python3').execute()\n"
+              "print('\\n'.join(output.get('text', '') for cell in notebook.cells for output in cell.get('outputs', [])))\n")
+    result = subprocess.run([*LOGIN_HOST, PYTHON, "-c", script, str(ROOT / "jobs" / "cluster_notebook.ipynb")],
+                            capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
+                            env={**os.environ, "MPIRAY_NOTEBOOK_JOB": job_id})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"cluster {job_id}: Ray " in result.stdout
+    assert " SUCCEEDED" in result.stdout and "NODES 2" in result.stdout

@@ -57,6 +57,14 @@ def client(job_id: str, registry: Registry, address: str | None):
         raise NoSuchCluster(f"cluster {job_id}'s Jobs API at {url} did not answer: {error}") from None
 
 
+def jobs_client(job_id: str, address: str | None = None, registry: str | Path | None = None):
+    """`mpiray.jobs_client(JOB_ID)`: Ray's JobSubmissionClient of your running cluster JOB_ID, with its token, for a
+    notebook or a script on a login node (jobs/cluster_notebook.ipynb); LaunchError where there is none to reach.
+    address: another way in (http://localhost:8265 through the tunnel); registry: default MPIRAY_REGISTRY or
+    ~/.mpiray/clusters."""
+    return client(job_id, Registry(Path(registry) if registry is not None else None), address)
+
+
 def follow(jobs, submission: str, out=sys.stdout) -> int:
     """Print a submission's output as it comes until it has ended; its exit code (0: SUCCEEDED)."""
     printed = 0
