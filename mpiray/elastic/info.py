@@ -1,9 +1,13 @@
-"""`cluster_info.json` in the job's log dir (LOG_DIR/JOB_ID/): how to reach the running cluster, for a person
-or a program on a login node (a notebook, a workflow tool) that would rather read a file than the registry.
+"""What a login node reads of a running cluster from its log dir (LOG_DIR/JOB_ID/), rather than the registry:
 
-Written once by rank 0 of the head's job when the cluster is up, beside the rank logs, 0600 like them; no
-secret: the token stays in the registry, and the file names its path. Its keys are INFO_KEYS (docs/logs.md
-lists them; a test pins them).
+- `cluster_info.json`: how to reach it (a person, a notebook, a workflow tool). Written once by rank 0 of the
+  head's job when the cluster is up, 0600 like the rank logs; no secret: the token stays in the registry,
+  and the file names its path. Its keys are INFO_KEYS (docs/logs.md lists them; a test pins them).
+- `prometheus/JOB.json`: Prometheus's file-based service discovery, each Ray node's metrics endpoint, one
+  file per batch job whose nodes are in the cluster (the head's job, each job that joined it, the autoscaler's
+  worker jobs), written by that job's rank 0 when its nodes are up and removed when they stop; Prometheus
+  reads `prometheus/*.json` (file_sd_configs) and sees nodes come and go. Readable by all (0644): it holds
+  addresses and ports only, and Prometheus often runs as its own user.
 """
 
 from __future__ import annotations
@@ -48,6 +52,31 @@ def write(job_dir: Path, info: dict) -> Path:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(info, out, indent=1)
+        out.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+TARGETS_DIR = "prometheus"
+
+
+def targets(cluster_job: str, own_job: str, nodes: Sequence) -> list[dict]:
+    """file_sd content (pure): one target group per Ray node that exports metrics (Report.metrics_port)."""
+    return [{"targets": [f"{node.node_ip}:{node.metrics_port}"],
+             "labels": {"mpiray_cluster": cluster_job, "mpiray_job": own_job, "mpiray_rank": str(node.rank),
+                        "host": node.host, "ray_node_id": node.node_id}}
+            for node in nodes if node.metrics_port and node.node_ip]
+
+
+def write_targets(job_dir: Path, own_job: str, groups: list[dict]) -> Path:
+    """groups as job_dir/prometheus/OWN_JOB.json, written whole (a temporary name in that dir, then renamed)."""
+    directory = job_dir / TARGETS_DIR
+    directory.mkdir(mode=0o755, exist_ok=True)
+    path = directory / f"{own_job}.json"
+    tmp = directory / f".{own_job}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
+        json.dump(groups, out, indent=1)
         out.write("\n")
     os.replace(tmp, path)
     return path

@@ -99,6 +99,10 @@ KINDS = _kinds(
                          "after {seconds:.1f} s"),
     node_manifest=(INFO, "node manifest: {ip} ({interface}), ports {listening}, Ray {ray}, token {token}"),
     published=(INFO, "this cluster is in the registry {root} as {job_id}: other jobs can --join it, shells attach"),
+    metrics_targets=(INFO, "this job's {nodes} Ray nodes are listed for Prometheus in {path} (file_sd_configs: "
+                           "prometheus/*.json of the cluster's log dir)"),
+    metrics_targets_failed=(WARNING, "{path} could not be written ({problem}): Prometheus will not find this job's "
+                                     "nodes there"),
     cluster_info=(INFO, "how to reach this cluster from a login node (Jobs API, tunnel, nodes): {path}"),
     cluster_info_failed=(WARNING, "{path} could not be written ({problem}): mpiray list and the registry still "
                                   "say how to reach the cluster"),

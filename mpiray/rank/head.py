@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Container
 
 from mpiray.batch import environment
@@ -68,6 +69,7 @@ class RankZero:
         self.batch_job = BatchJob()  # its end and restart, read once the cluster is up (none in a dry run)
         self.node_ranks: set[int] = set()  # the workers that run a Ray node
         self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting (SETTLED)
+        self.targets_file: Path | None = None  # this job's nodes for Prometheus, while they run (publish_targets)
         self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
 
     def start_own(self) -> NodeInfo:
@@ -110,7 +112,23 @@ class RankZero:
             self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
             cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
             self.cluster_up(cluster, own)
+            self.publish_targets(cluster)
         return cluster
+
+    def publish_targets(self, cluster: Cluster) -> None:
+        """This job's Ray nodes, for Prometheus (info.py: prometheus/OWN_JOB.json in the cluster's log dir)."""
+        from mpiray.elastic import info  # a running cluster's rank 0 alone
+
+        session = cluster.session
+        groups = info.targets(session.job_id, session.ports_job_id, cluster.nodes)
+        if not groups:  # --no-metrics, or Ray without its [default] extras: nothing to scrape
+            return
+        try:
+            self.targets_file = info.write_targets(cluster.log_dir, session.ports_job_id, groups)
+            self.me.log.event("metrics_targets", path=str(self.targets_file), nodes=len(groups))
+        except OSError as error:
+            self.me.log.event("metrics_targets_failed", path=str(cluster.log_dir / info.TARGETS_DIR),
+                              problem=str(error))
 
     def gather_hellos(self) -> None:
         """The pre-flight: every worker's HELLO, judged before this rank's `ray start` goes; a job that cannot
@@ -163,7 +181,9 @@ class RankZero:
         return [reports[r] for r in sorted(reports)]
 
     def announce(self, code: int) -> None:
-        """The job's exit code, to every rank (teardown.py)."""
+        """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""
+        if self.targets_file is not None:
+            self.targets_file.unlink(missing_ok=True)
         self.me.comm.send_to_others(code, CONTROL)
 
 

@@ -113,6 +113,7 @@ class Report:
     seconds: float = 0.0
     versions: dict = field(default_factory=dict)
     error: str = ""
+    metrics_port: int = 0  # where its node exports Ray's metrics for Prometheus (0: it exports none)
     exit_code: int = 0  # with error: the code the whole job ends with
     cause: str = ""  # with error: what kind of failure (errors.LaunchError.cause)
 

@@ -157,6 +157,12 @@ class Rank:
             if message is not None:
                 raise Shutdown(f"rank 0 ended the job with exit code {message.payload}", message.payload)
 
+    def metrics_port(self) -> int:
+        """Where this rank's Ray node exports its metrics (Prometheus's text format), or 0 where it exports none:
+        --no-metrics, or a --minimal agent (Ray without its [default] extras)."""
+        spec = self.node.spec if self.node is not None else None
+        return spec.ports.metrics_export if spec is not None and spec.full_agent and self.config.metrics else 0
+
     def report(self, node: NodeInfo | None = None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:
         """This rank's report to rank 0: its node (raynode.gcs.NodeInfo), or its failure."""
         return Report(
@@ -169,6 +175,7 @@ class Rank:
             seconds=time.time() - (self.session.started if self.session else self.started),
             versions=versions(self.rank),
             error=error,
+            metrics_port=self.metrics_port() if node else 0,
             exit_code=exit_code,
             cause=cause,
         )

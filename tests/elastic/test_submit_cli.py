@@ -3,6 +3,7 @@ a clear one-line error where there is none, and the listing's table. The real su
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from types import SimpleNamespace
@@ -69,3 +70,15 @@ def test_cluster_info_names_the_way_in_and_no_secret(tmp_path):
     assert without["jobs_url"] is None and without["tunnel"] is None and without["submit"] is None
     path = info.write(tmp_path, built)
     assert path.name == "cluster_info.json" and oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_prometheus_targets_list_every_node_that_exports_metrics_and_nothing_else(tmp_path):
+    nodes = [Report(rank=0, host="n1", log="l0", node_ip="10.0.0.7", node_id="aa", metrics_port=24405),
+             Report(rank=1, host="n2", log="l1", node_ip="10.0.0.8", node_id="bb", metrics_port=0),  # --no-metrics
+             Report(rank=2, host="n3", log="l2", error="failed", metrics_port=24505)]  # no node: nothing to scrape
+    groups = info.targets("4711", "4712", nodes)
+    assert groups == [{"targets": ["10.0.0.7:24405"], "labels": {"mpiray_cluster": "4711", "mpiray_job": "4712",
+                                                                  "mpiray_rank": "0", "host": "n1", "ray_node_id": "aa"}}]
+    path = info.write_targets(tmp_path, "4712", groups)
+    assert path == tmp_path / "prometheus" / "4712.json" and json.loads(path.read_text()) == groups
+    assert oct(path.stat().st_mode & 0o777) == "0o644"  # Prometheus often runs as a user of its own

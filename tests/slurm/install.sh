@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages the Slurm testbed (tests/slurm/testbed.py) needs.
+# Installs the Debian 12 packages the Slurm testbed (tests/slurm/testbed.py) needs, and the Prometheus server that
+# scrapes a cluster on it (tests/test_metrics_targets.py; no service is started: the test runs its own).
 # Idempotent: does nothing, not even `apt-get update`, when they are all installed.
 set -euo pipefail
 
 # slurm-wlm is just these three; --no-install-recommends skips ~20 plugin/-dev packages.
 # libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix) dlopens libpmix.so, which only the -dev
 # package provides; slurmd loads it when it starts, so install it before `testbed.py up`.
-packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev)
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev prometheus)
 
 missing=()
 for package in "${packages[@]}"; do
