@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pty
 import re
@@ -173,6 +174,32 @@ def test_a_walltime_end_the_scheduler_names_stops_the_driver_margin_seconds_befo
     assert watched["ends_at"] == near["ends_at"] == ends_at and near["margin"] == margin
     assert marker.exists() and exit_codes(run.job_dir, 2) == [124, 124]
     assert causes(run.job_dir) == {"walltime": [0]}
+    assert_nothing_left(run)
+
+
+def test_at_the_walltime_ray_sees_the_workers_draining_before_the_driver_is_stopped(tmp_path, pace):
+    """Before the driver's SIGTERM, rank 0 drains every worker's node through Ray (reason preemption, the moment
+    they are killed) and leaves Ray's libraries DRAIN_NOTICE to see it: Ray Train's get_preemption_info() and
+    Serve act on it. The head's node is not drained (the driver connects through it)."""
+    checkpoint = tmp_path / "checkpoint.json"
+    driver = [sys.executable, str(ROOT / "tests/drivers/drain_watch.py"), str(checkpoint)]
+    margin, grace, start_up = 25, 4, pace.deadline(phases=3)
+    ends_at = int(time.time() + start_up + margin)
+    run = launch(tmp_path, 3, args=["--walltime-margin", str(margin), "--stop-grace", str(grace)], driver=driver,
+                 env={"SLURM_JOB_ID": "78", "SLURM_JOB_END_TIME": str(ends_at)}, tag="drain")
+    assert run.returncode == 124, run.stderr[-3000:]
+    saved = json.loads(checkpoint.read_text())  # the driver's checkpoint is there after the job
+    (record,) = [record for record in run.events(0) if record["event"] == "nodes_draining"]
+    drained = record["fields"]
+    workers = sorted(set(saved["nodes"]) - {saved["head"]})
+    assert drained["nodes"] == 2 and drained["refused"] == {}
+    assert sorted(saved["draining"]) == workers  # every worker's node, seen while the driver ran
+    for seen in saved["draining"].values():
+        assert seen["seen_at"] < saved["sigterm_at"]
+        # The deadline Ray was given: the notice, the driver's grace and Ray's stop after it (5 s), from the drain.
+        assert abs(seen["deadline_ms"] / 1000 - (record["time"] + drained["seconds"])) < 2
+    assert drained["seconds"] == round(6 + grace + 5)
+    assert exit_codes(run.job_dir, 3) == [124] * 3 and causes(run.job_dir) == {"walltime": [0]}
     assert_nothing_left(run)
 
 

@@ -103,6 +103,12 @@ KINDS = _kinds(
                            "prometheus/*.json of the cluster's log dir)"),
     metrics_targets_failed=(WARNING, "{path} could not be written ({problem}): Prometheus will not find this job's "
                                      "nodes there"),
+    nodes_draining=(INFO, "Ray told that the workers' {nodes} nodes go in {seconds} s ({why}): Ray's libraries see "
+                          "them draining (reason preemption) while the driver runs"),
+    drain_failed=(WARNING, "Ray could not be told that the nodes go ({problem}): the driver still gets SIGTERM and "
+                           "its whole grace"),
+    node_draining=(INFO, "rank 0 drains this rank's node through Ray ({why}): Ray ends it at once if it is idle"),
+    node_drained=(INFO, "this rank's Ray node ended as Ray drained it (code {code}; see {output})"),
     cluster_info=(INFO, "how to reach this cluster from a login node (Jobs API, tunnel, nodes): {path}"),
     cluster_info_failed=(WARNING, "{path} could not be written ({problem}): mpiray list and the registry still "
                                   "say how to reach the cluster"),

@@ -16,11 +16,14 @@ later); within a host, LOCAL carries the ranks' views of it and the host's plan.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Container
 
+from mpiray import package
 from mpiray.batch import environment
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
@@ -32,6 +35,7 @@ from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import (
     CONTROL,
+    DRAINING,
     JOIN,
     REPORT,
     SESSION,
@@ -56,6 +60,13 @@ if TYPE_CHECKING:
     from mpiray.elastic.registry import Entry, Published
 
 
+# The most rank 0 waits for Ray to hear that the nodes go (Head.drain): a Ray import and one GCS call per node,
+# ~3 s here; the driver's SIGTERM follows it.
+DRAIN_WAIT = 20.0
+# How long Ray's libraries get to see the drain before the driver's SIGTERM, where mpiray picks the moment (the walltime
+# margin, --time-limit): one look of Ray Train's PreemptionWatcher (every 5 s), inside the margin's WALLTIME_TEARDOWN.
+DRAIN_NOTICE = 6.0
+
 class RankZero:
     """What rank 0 does whoever's cluster its job's nodes make: its own node up (start_own, the subclass's),
     join slots handed out, every worker's report collected, the exit code sent. Head (a cluster of this job's
@@ -79,6 +90,11 @@ class RankZero:
     def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """The cluster is up (not a planned one): say so where others look (the registry)."""
         raise NotImplementedError
+
+    def drain(self, seconds: float, why: str) -> bool:
+        """Tell Ray that this job's nodes go in `seconds`, before anything is stopped; whether Ray heard it. A
+        joined job's nodes: each `ray start` drains its own node when teardown stops it (Ray 2.57+)."""
+        return False
 
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
@@ -196,6 +212,7 @@ class Head(RankZero):
     def __init__(self, me: Rank):
         super().__init__(me)
         self.published: Published | None = None  # this cluster in the registry, for --join and attach
+        self.cluster: Cluster | None = None  # once it is up (cluster_up): what drain() needs to reach it
         self.autoscale: Autoscale | None = None  # with --autoscale
 
     def start_own(self) -> NodeInfo:
@@ -236,6 +253,7 @@ class Head(RankZero):
         from mpiray.elastic import info
         from mpiray.elastic.registry import Registry, publish  # a running cluster's, not every rank's (nor a dry run's)
 
+        self.cluster = cluster
         registry, entry = Registry(self.me.config.registry), self.entry(cluster)
         self.published = publish(registry, entry, cluster.session.token, self.me.log)
         token = registry.token_path(entry.job_id) if self.published is not None and cluster.session.token else None
@@ -268,6 +286,32 @@ class Head(RankZero):
             dashboard_host=dashboard_listen(me.config, spec.node_ip) if spec is not None else LOOPBACK,
             client_port=head_ports(spec).ray_client if spec is not None else None,
         )
+
+    def drain(self, seconds: float, why: str) -> bool:
+        """The workers' nodes drained through Ray (raynode/drain.py: reason preemption, the deadline in `seconds`),
+        so Ray's libraries see the end coming while the driver still runs; the workers told first (DRAINING), as an
+        idle node's raylet ends at once. The head's node is not drained: the driver connects through it. Waited for
+        at most DRAIN_WAIT; a failure is only said. Whether Ray heard it."""
+        me, cluster = self.me, self.cluster
+        nodes = [r.node_id for r in cluster.nodes if r.rank != 0] if cluster is not None else []
+        if cluster is None or not nodes:
+            return False
+        me.comm.send_to_others(why, DRAINING)
+        argv = [*package.module_command("mpiray.raynode.drain"), cluster.session.gcs_address, f"{seconds:.0f}", why,
+                *nodes]
+        try:
+            done = subprocess.run(argv, env=cluster.driver_env(dict(os.environ)), capture_output=True, text=True,
+                                  timeout=DRAIN_WAIT, check=False)
+            answers = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as error:
+            me.log.event("drain_failed", problem=str(error))
+            return False
+        if answers is None:
+            me.log.event("drain_failed", problem=(done.stderr.strip().splitlines() or ["no output"])[-1])
+            return False
+        refused = {node: answer for node, answer in answers.items() if answer != "accepted"}
+        me.log.event("nodes_draining", seconds=round(seconds), why=why, nodes=len(answers), refused=refused)
+        return len(refused) < len(answers)
 
     def lost(self) -> Lost | None:
         """The cluster's heart stopped, or None. The head's is its own node."""

@@ -27,7 +27,7 @@ from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
-from mpiray.rank.head import Head
+from mpiray.rank.head import DRAIN_NOTICE, Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import PlannedNode, RealNode, log_manifest_once_started
 from mpiray.rank.signals import StopRequest
@@ -211,6 +211,10 @@ def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
         passed = next((limit for limit in limits if limit.deadline.expired()), None)
         if passed is not None:
             me.log.event(passed.event, **passed.fields, grace=config.stop_grace)
+            # mpiray picked the moment (the margin leaves room): Ray's libraries get DRAIN_NOTICE to see the drain
+            # (Ray Train looks every 5 s) while the driver runs on; then the driver its SIGTERM and whole grace.
+            if head.drain(DRAIN_NOTICE + config.stop_grace + RAY_STOP_GRACE, f"the batch job ends ({passed.event})"):
+                leader.poll(DRAIN_NOTICE)
             leader.stop(config.stop_grace, TIME_LIMIT_EXIT)
             return TIME_LIMIT_EXIT
         lost = head.lost()

@@ -29,6 +29,7 @@ LOCAL = 6  # within one host: each rank's view of it (host.resources.HostView), 
 JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join slot: `ray start` may go
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
+DRAINING = 10  # rank 0 -> all: Ray is told that the nodes go (walltime): a node that ends now is drained, not lost
 
 
 class Message(NamedTuple):

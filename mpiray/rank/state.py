@@ -221,5 +221,9 @@ class RankZeroRole(Role, Protocol):
     def tick(self) -> None:
         """While the leader runs: keep what needs keeping (the registry's heartbeat)."""
 
+    def drain(self, seconds: float, why: str) -> bool:
+        """Tell Ray that the nodes go in `seconds` (before the driver is stopped): Ray's libraries act on it.
+        Whether Ray heard it."""
+
     def lost(self) -> Lost | None:
         """The cluster's heart stopped: how, or None while it beats."""

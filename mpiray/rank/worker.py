@@ -9,7 +9,19 @@ from mpiray.deadline import Deadline
 from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
-from mpiray.rank.messages import CONTROL, EVENT, HELLO, JOIN, REPORT, SESSION, SETTLED, STOPPED, Idle, resource_fields
+from mpiray.rank.messages import (
+    CONTROL,
+    DRAINING,
+    EVENT,
+    HELLO,
+    JOIN,
+    REPORT,
+    SESSION,
+    SETTLED,
+    STOPPED,
+    Idle,
+    resource_fields,
+)
 from mpiray.rank.ownnode import log_context, log_manifest_once_started, start_node, wait_for_head
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
 from mpiray.rank.teardown import stop_node
@@ -21,6 +33,7 @@ class Worker:
     def __init__(self, me: Rank):
         self.me = me
         self.settled = False  # told rank 0 that its `ray start` is done starting
+        self.draining = False  # rank 0 told it that Ray drains its node (the walltime): its end is no loss
 
     def serve(self) -> int:
         self.follow()
@@ -64,10 +77,16 @@ class Worker:
             if message is not None:
                 me.log.event("job_ended", code=message.payload)
                 return message.payload
+            if not self.draining and (message := me.comm.poll(0, DRAINING)) is not None:
+                self.draining = True  # Ray ends this node at once if it is idle: expected, not a loss
+                me.log.event("node_draining", why=message.payload)
             if me.node is not None and me.ray_node.exited() and not reported_death:
                 reported_death = True
                 fields = {"code": me.ray_node.exit_code(), "output": str(me.ray_node.output_path)}
-                if me.stop.signum is None:
+                if self.draining:
+                    me.log.event("node_drained", **fields)
+                    stop_node(me, RAY_STOP_GRACE)
+                elif me.stop.signum is None:
                     me.log.event("own_node_exited", **fields)
                     me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
                     # What its raylet left (workers, a learner) is no node's any more, but it can hold the others'
