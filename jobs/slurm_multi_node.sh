@@ -13,7 +13,7 @@
 #SBATCH --partition=standard           # a CPU partition of your cluster
 #SBATCH --nodes=3                      # 1 head + 2 worker nodes
 #SBATCH --ntasks-per-node=1            # one launcher rank per node = one Ray node per host
-#SBATCH --cpus-per-task=36             # a node's cores, all Ray CPUs (Eagle: 36, Kestrel: 104)
+#SBATCH --cpus-per-task=36             # a node's cores, all Ray CPUs (Kestrel: 104; retired Eagle: 36)
 #SBATCH --time=01:00:00
 #SBATCH --signal=TERM@120              # SIGTERM to every rank 2 minutes before the time limit
 #SBATCH --output=%x-%j.out             # the driver's output; per-rank logs: logs/JOB_ID/

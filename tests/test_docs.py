@@ -159,3 +159,28 @@ def test_each_cause_has_one_failure_class_and_one_exit_code_which_the_exit_code_
             assert f"`{cls.cause}`" in rows["2"], f"docs/options.md's exit code 2 row does not name {cls.cause}"
         else:
             assert f"`{cls.cause}`" not in rows["2"], f"{cls.cause} exits {cls.exit_code}, not 2"
+
+
+def test_the_troubleshooting_symptoms_come_first_and_link_causes_the_classifier_knows():
+    page = DOCS / "troubleshooting.md"
+    text = page.read_text()
+    assert re.findall(r"^## (.*)$", text, re.M)[0] == "By symptom: what you see"
+    section = text.split("\n## By symptom: what you see\n", 1)[1].split("\n## ", 1)[0]
+    linked = re.findall(r"\[`(\w+)`\]\(#([^)]*)\)", section)
+    for cause, anchor in linked:
+        assert cause in CAUSES, f"docs/troubleshooting.md's symptoms name `{cause}`, which mpiray logs does not know"
+        assert anchor == cause, f"the symptoms' link to `{cause}` goes to #{anchor}"
+    for cause in ("port_in_use", "ports_per_host", "walltime", "signal", "mpi_init", "version_skew",
+                  "startup_timeout", "driver_failed"):
+        assert (cause, cause) in linked, f"the symptoms no longer link `{cause}`"
+    headings = anchors(page)
+    for anchor in re.findall(r"\]\(#([^)]*)\)", section):
+        assert anchor in headings, f"docs/troubleshooting.md's symptoms link #{anchor}: no such heading"
+
+
+def test_no_page_shows_a_path_of_the_machine_that_recorded_it():
+    """Examples come from real runs; a user's machine has no /work/main, /root or pytest's temporary dirs."""
+    recorded = re.compile(r"/work/main\b|/root/|/tmp/pytest-of-")
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        found = recorded.search(page.read_text())
+        assert found is None, f"{page.name} shows {found.group(0)!r}: write a path a user has (~/mpiray/, logs/)"
