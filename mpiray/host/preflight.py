@@ -163,20 +163,30 @@ def neighbour_findings(nodes: int, path: Path = NEIGHBOUR_TABLE) -> list[Finding
     return []
 
 
-def raise_open_files() -> list[Finding]:
-    """The soft open-file limit raised to the hard one, first thing in a rank, before it starts anything (the GCS
-    and raylets inherit it from `ray start`); what was done, as a finding."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    unlimited = resource.RLIM_INFINITY
-    if soft == hard or soft == unlimited:  # (hard is never below soft)
-        return []
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError) as error:
-        return [Finding(WARN, "open_files", f"open files: the soft limit {soft} could not be raised to {hard}: {error}",
-                        "raise it in the job script: ulimit -n $(ulimit -Hn)")]
-    return [Finding(FIXED, "open_files", f"open files: soft limit {soft} raised to the hard limit "
-                    f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}")]
+# The soft limits a rank raises to the hard ones before it starts anything (the GCS, raylets and Ray's workers
+# inherit them from `ray start`): (limit, check, what, the job script's line that does it by hand). Processes: a
+# node's 100+ Ray workers, each with dozens of threads, all count against the user's RLIMIT_NPROC.
+SOFT_LIMITS = ((resource.RLIMIT_NOFILE, "open_files", "open files", "ulimit -n $(ulimit -Hn)"),
+               (resource.RLIMIT_NPROC, "processes", "processes", "ulimit -u $(ulimit -Hu)"))
+
+
+def raise_soft_limits(limits=SOFT_LIMITS) -> list[Finding]:
+    """The soft open-file and process limits raised to the hard ones, first thing in a rank; what was done, as
+    findings (none where a soft limit was already the hard one)."""
+    found = []
+    for limit, check, what, by_hand in limits:
+        soft, hard = resource.getrlimit(limit)
+        if soft == hard or soft == resource.RLIM_INFINITY:  # (hard is never below soft)
+            continue
+        try:
+            resource.setrlimit(limit, (hard, hard))
+        except (ValueError, OSError) as error:
+            found.append(Finding(WARN, check, f"{what}: the soft limit {soft} could not be raised to {hard}: {error}",
+                                 f"raise it in the job script: {by_hand}"))
+            continue
+        found.append(Finding(FIXED, check, f"{what}: soft limit {soft} raised to the hard limit "
+                             f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}"))
+    return found
 
 
 def open_files_findings(nodes: int, head_host: bool) -> list[Finding]:

@@ -39,7 +39,7 @@ def check_ray_install(auth: bool) -> None:
 
 def raise_limits() -> None:
     """First thing in a rank (rank.life.setup), before it starts a process: the open-file soft limit."""
-    RAISED[:] = preflight.raise_open_files()
+    RAISED[:] = preflight.raise_soft_limits()
 
 
 ORDER = ("python", "ray", "mpiray", "mpi4py", "mpi", "numpy", "cloudpickle", "torch", "gymnasium")

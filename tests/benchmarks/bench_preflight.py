@@ -50,7 +50,7 @@ started = time.perf_counter()
 preflight.dir_findings(Path("/tmp"), "temp", "--temp-dir")
 preflight.port_range_findings(*network.PORT_RANGE)
 preflight.neighbour_findings(64)
-preflight.raise_open_files()
+preflight.raise_soft_limits()
 preflight.open_files_findings(64, head_host=True)
 print((time.perf_counter() - started) * 1000)
 """

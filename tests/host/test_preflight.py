@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import resource
 
+import pytest
+
 from mpiray.host import preflight
 
 MOUNTINFO = """\
@@ -55,16 +57,17 @@ def test_the_kernels_port_range_and_neighbour_table_are_compared_with_the_job(tm
     assert small.check == "neighbour_table" and "1024 entries" in small.message and "513 Ray nodes" in small.message
 
 
-def test_the_open_file_soft_limit_is_raised_to_the_hard_one():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+@pytest.mark.parametrize("limit, check", [(resource.RLIMIT_NOFILE, "open_files"), (resource.RLIMIT_NPROC, "processes")])
+def test_the_open_file_and_process_soft_limits_are_raised_to_the_hard_ones(limit, check):
+    soft, hard = resource.getrlimit(limit)
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
-        found = preflight.raise_open_files()
+        resource.setrlimit(limit, (min(256, hard), hard))
+        found = [f for f in preflight.raise_soft_limits() if f.check == check]
         if hard > 256:
             assert [f.level for f in found] == [preflight.FIXED] and "soft limit 256 raised" in found[0].message
-        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
-        assert preflight.raise_open_files() == []  # nothing left to raise
+        assert resource.getrlimit(limit)[0] == hard
+        assert preflight.raise_soft_limits() == []  # nothing left to raise
         huge = preflight.open_files_findings(10**6, head_host=True)  # what a GCS of a million nodes needs
-        assert hard == resource.RLIM_INFINITY or any("below the ~" in f.message for f in huge)
+        assert hard == resource.RLIM_INFINITY or check != "open_files" or any("below the ~" in f.message for f in huge)
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        resource.setrlimit(limit, (soft, hard))
