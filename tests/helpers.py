@@ -7,9 +7,12 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,3 +258,32 @@ def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB
     if found is None:
         pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
     return found
+
+
+WAITING_DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
+
+
+@contextmanager
+def waiting_cluster(tmp_path: Path, registry_root: Path, args=(), tag: str = "cluster") -> Iterator[tuple[str, object]]:
+    """A 2-node cluster (mpirun) whose driver waits, published in the registry at registry_root: (its job id, its
+    registry entry) while it runs. At the end its driver is released, and the job must end with 0."""
+    from mpiray.elastic.registry import Registry
+
+    job_id, marker, out_path = new_job_id(tag), tmp_path / f"{tag}-go", tmp_path / f"{tag}.out"
+    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id, *args],
+                         [PYTHON, str(WAITING_DRIVER), "wait-nodes", "2", str(marker)])
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        registry, deadline = Registry(registry_root), time.monotonic() + JOB_TIMEOUT_S
+        while not [e for e in registry.running() if e.job_id == job_id]:
+            assert proc.poll() is None and time.monotonic() < deadline, out_path.read_text()[-3000:]
+            time.sleep(0.3)
+        yield job_id, registry.read(job_id)
+        marker.touch()
+        assert proc.wait(JOB_TIMEOUT_S) == 0, out_path.read_text()[-3000:]
+    finally:
+        marker.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)

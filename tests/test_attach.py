@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,14 +20,22 @@ from mpiray.elastic.registry import Registry
 from mpiray.logs.report.jobdir import read_job
 from mpiray.raynode.raycompat import ray_version
 
-from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, client_server_logs, driver_report, launcher_argv, new_job_id
+from helpers import (
+    BIN,
+    JOB_TIMEOUT_S,
+    PYTHON,
+    ROOT,
+    client_server_logs,
+    driver_report,
+    launcher_argv,
+    waiting_cluster,
+)
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                        reason="a login host is a PID namespace of its own: needs root and unshare"),
 ]
-WAITING_DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 # What a user's driver does: a plain ray.init(), then the cluster's nodes and a task.
 USER_DRIVER = ("import json, ray\nray.init()\n"
                "print('ATTACHED', json.dumps({'nodes': sum(n['Alive'] for n in ray.nodes()), "
@@ -43,24 +50,8 @@ DRIVERS_AT_ONCE, ROUNDS = 4, 5
 @pytest.fixture
 def cluster(tmp_path, private_registry):
     """A 2-node cluster whose driver waits: (job id, its registry entry)."""
-    job_id, marker = new_job_id("attach"), tmp_path / "go"
-    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id],
-                         [PYTHON, str(WAITING_DRIVER), "wait-nodes", "2", str(marker)])
-    with open(tmp_path / "cluster.out", "w") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        registry, deadline = Registry(private_registry), time.monotonic() + JOB_TIMEOUT_S
-        while not [e for e in registry.running() if e.job_id == job_id]:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "cluster.out").read_text()[-3000:]
-            time.sleep(0.3)
-        yield job_id, registry.read(job_id)
-        marker.touch()
-        assert proc.wait(JOB_TIMEOUT_S) == 0, (tmp_path / "cluster.out").read_text()[-3000:]
-    finally:
-        marker.touch()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    with waiting_cluster(tmp_path, private_registry, tag="attach") as running:
+        yield running
 
 
 def attach(job_id: str, where: list[str] = (), env=None) -> subprocess.CompletedProcess:

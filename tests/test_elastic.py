@@ -27,6 +27,8 @@ from helpers import (
     driver_report,
     rank_events,
 )
+from slurm import fixture
+from slurm.fixture import start
 
 pytestmark = pytest.mark.slurm
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
@@ -35,12 +37,6 @@ DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 def srun(bed, jobs, tmp_path: Path, nodes: int, *args: str, name: str = "") -> list[str]:
     return ["srun", f"--job-name={name or jobs.name}", f"-N{nodes}", f"-n{nodes}", "--cpus-per-task=2", "--mpi=pmi2",
             f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *args]
-
-
-def start(bed, argv: list[str], out: Path) -> subprocess.Popen:
-    with open(out, "w") as sink:
-        return subprocess.Popen(argv, env=bed.env(dict(os.environ)), stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
 
 
 def wait_for_cluster(registry: Registry, timeout: float = JOB_TIMEOUT_S) -> str:
@@ -54,12 +50,7 @@ def wait_for_cluster(registry: Registry, timeout: float = JOB_TIMEOUT_S) -> str:
 
 
 def finish(proc: subprocess.Popen, timeout: float = JOB_TIMEOUT_S) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    return fixture.finish(proc, timeout)
 
 
 def mpiray(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProcess:

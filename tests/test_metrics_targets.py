@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -20,6 +18,8 @@ import pytest
 from mpiray.elastic.registry import Registry
 
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, driver_report
+from slurm import fixture
+from slurm.fixture import start
 
 pytestmark = [pytest.mark.slurm,
               pytest.mark.skipif(shutil.which("prometheus") is None,
@@ -33,19 +33,8 @@ def srun(jobs, tmp_path: Path, nodes: int, *args: str) -> list[str]:
             f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *args]
 
 
-def start(bed, argv: list[str], out: Path) -> subprocess.Popen:
-    with open(out, "w") as sink:
-        return subprocess.Popen(argv, env=bed.env(dict(os.environ)), stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
 def finish(proc: subprocess.Popen, timeout: float = JOB_TIMEOUT_S) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    return fixture.finish(proc, timeout)
 
 
 def wait_for(check, what: str, timeout: float = JOB_TIMEOUT_S):

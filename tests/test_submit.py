@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,14 +18,13 @@ import pytest
 
 from mpiray.elastic.registry import Registry
 
-from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, launcher_argv, new_job_id
+from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, waiting_cluster
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                        reason="a login host is a PID namespace of its own: needs root and unshare"),
 ]
-WAITING_DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 REGISTRY_VARIABLE = "MPIRAY_REGISTRY"
 LOGIN_HOST = ["unshare", "--pid", "--kill-child", "--mount-proc", "--"]
 COUNT_NODES = "import ray; ray.init(); print('NODES', len(ray.nodes()), flush=True)"
@@ -44,25 +42,11 @@ def cluster():
     registry_before = os.environ[REGISTRY_VARIABLE]  # the session's private one (conftest.py)
     tmp_path = Path(tempfile.mkdtemp(prefix="mpiray-submit-"))
     tmp_path.chmod(0o711)
-    job_id, marker = new_job_id("submit"), tmp_path / "go"
     os.environ[REGISTRY_VARIABLE] = str(tmp_path / "registry")  # for the launcher and every mpiray below
-    argv = launcher_argv(2, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id, "--dashboard"],
-                         [PYTHON, str(WAITING_DRIVER), "wait-nodes", "2", str(marker)])
-    with open(tmp_path / "cluster.out", "w") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        registry, deadline = Registry(tmp_path / "registry"), time.monotonic() + JOB_TIMEOUT_S
-        while not [e for e in registry.running() if e.job_id == job_id]:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "cluster.out").read_text()[-3000:]
-            time.sleep(0.3)
-        yield job_id, registry.read(job_id), tmp_path / "logs" / job_id
-        marker.touch()
-        assert proc.wait(JOB_TIMEOUT_S) == 0, (tmp_path / "cluster.out").read_text()[-3000:]
+        with waiting_cluster(tmp_path, tmp_path / "registry", ["--dashboard"], tag="submit") as (job_id, entry):
+            yield job_id, entry, tmp_path / "logs" / job_id
     finally:
-        marker.touch()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
         os.environ[REGISTRY_VARIABLE] = registry_before
         shutil.rmtree(tmp_path, ignore_errors=True)
 
@@ -143,6 +127,15 @@ def test_the_jobs_api_refuses_a_request_without_the_token_and_another_user_canno
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=30)
         assert refused.value.code == code
+    token_file = Path(json.loads((job_dir / "cluster_info.json").read_text())["token_path"])
+    token = token_file.read_text()
+    token_file.write_text("0" * 64)  # another cluster's token in the registry: one line, no traceback
+    try:
+        wrong = mpiray("jobs", entry.job_id)
+    finally:
+        token_file.write_text(token)
+    assert wrong.returncode == 1 and wrong.stderr.startswith("mpiray jobs: Authentication failed"), wrong.stderr
+    assert wrong.stderr.count("\n") == 1
     info = json.loads((job_dir / "cluster_info.json").read_text())
     for path in (info["token_path"], str(job_dir / "cluster_info.json")):
         # nobody gets as far as the file: each dir above it up to the 0711 one lets it pass

@@ -46,12 +46,16 @@ def build(entry: Entry, nodes: Sequence, token_path: Path | None) -> dict:
 
 
 def write(job_dir: Path, info: dict) -> Path:
-    """info as job_dir/cluster_info.json, written whole (a temporary name, then renamed)."""
-    path = job_dir / FILE_NAME
-    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    """info as job_dir/cluster_info.json (0600, like the rank logs)."""
+    return _write_json(job_dir / FILE_NAME, info, 0o600)
+
+
+def _write_json(path: Path, content, mode: int) -> Path:
+    """content as JSON in path, written whole: a temporary name in the same dir (never a planted link), then renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w") as out:
-        json.dump(info, out, indent=1)
+        json.dump(content, out, indent=1)
         out.write("\n")
     os.replace(tmp, path)
     return path
@@ -69,14 +73,7 @@ def targets(cluster_job: str, own_job: str, nodes: Sequence) -> list[dict]:
 
 
 def write_targets(job_dir: Path, own_job: str, groups: list[dict]) -> Path:
-    """groups as job_dir/prometheus/OWN_JOB.json, written whole (a temporary name in that dir, then renamed)."""
+    """groups as job_dir/prometheus/OWN_JOB.json (0644: Prometheus often runs as a user of its own)."""
     directory = job_dir / TARGETS_DIR
     directory.mkdir(mode=0o755, exist_ok=True)
-    path = directory / f"{own_job}.json"
-    tmp = directory / f".{own_job}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as out:
-        json.dump(groups, out, indent=1)
-        out.write("\n")
-    os.replace(tmp, path)
-    return path
+    return _write_json(directory / f"{own_job}.json", groups, 0o644)

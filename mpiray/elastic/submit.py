@@ -53,7 +53,7 @@ def client(job_id: str, registry: Registry, address: str | None):
 
     try:
         return JobSubmissionClient(url, headers=headers)
-    except (ConnectionError, RuntimeError, ValueError) as error:
+    except (OSError, RuntimeError, ValueError) as error:  # requests' ConnectionError is an OSError
         raise NoSuchCluster(f"cluster {job_id}'s Jobs API at {url} did not answer: {error}") from None
 
 
@@ -176,6 +176,15 @@ def _run(name: str, act) -> int:
     except LaunchError as error:
         print(f"mpiray {name}: {error}", file=sys.stderr)
         return error.exit_code
-    except RuntimeError as error:  # what Ray's client raises for an HTTP error: 401/403, an unknown submission
-        print(f"mpiray {name}: {error}", file=sys.stderr)
+    except Exception as error:
+        from ray.exceptions import AuthenticationError
+
+        # What Ray's client raises: a token refused (401/403), an HTTP error (an unknown submission: RuntimeError),
+        # a head it cannot reach (requests' errors are OSErrors). One line, as for every other error of mpiray's.
+        if not isinstance(error, (AuthenticationError, RuntimeError, OSError)):
+            raise
+        first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        hint = " (the cluster's token in your registry is not the cluster's: is MPIRAY_REGISTRY the one it ran " \
+               "with?)" if isinstance(error, AuthenticationError) else ""
+        print(f"mpiray {name}: {first}{hint}", file=sys.stderr)
         return 1

@@ -7,6 +7,8 @@ tests/conftest.py imports them (`from slurm.fixture import jobs, slurm_testbed`)
 import os
 import secrets
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -92,3 +94,20 @@ def jobs(slurm_testbed):
     tracked = Jobs(slurm_testbed)
     yield tracked
     tracked.cancel_all()
+
+
+def start(bed, argv: list[str], out: Path) -> subprocess.Popen:
+    """A Slurm client command (srun, sbatch) against the testbed, in the background, its output into out."""
+    with open(out, "w") as sink:
+        return subprocess.Popen(argv, env=bed.env(dict(os.environ)), stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> int:
+    """proc's exit code, once it ended within timeout; else it is killed (its whole session) and the wait fails."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
