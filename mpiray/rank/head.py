@@ -67,6 +67,7 @@ DRAIN_WAIT = 20.0
 # margin, --time-limit): one look of Ray Train's PreemptionWatcher (every 5 s), inside the margin's WALLTIME_TEARDOWN.
 DRAIN_NOTICE = 6.0
 
+
 class RankZero:
     """What rank 0 does whoever's cluster its job's nodes make: its own node up (start_own, the subclass's),
     join slots handed out, every worker's report collected, the exit code sent. Head (a cluster of this job's
@@ -199,7 +200,10 @@ class RankZero:
     def announce(self, code: int) -> None:
         """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""
         if self.targets_file is not None:
-            self.targets_file.unlink(missing_ok=True)
+            try:
+                self.targets_file.unlink(missing_ok=True)
+            except OSError as error:  # the exit code goes out whatever befell the file
+                self.me.log.event("metrics_targets_failed", path=str(self.targets_file), problem=str(error))
         self.me.comm.send_to_others(code, CONTROL)
 
 
