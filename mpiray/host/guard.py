@@ -12,7 +12,8 @@ from the rank. Lines it understands:
     done               the rank tidied up itself: exit and touch nothing
 End of file without "done" means the rank died: SIGKILL the group (unless its id was recycled:
 a process with pid PGID exists but started at another time), wait until the group is empty (at
-most GROUP_GONE_S), keep Ray's logs beside the rank's own, remove the private dir, and remove the
+most GROUP_GONE_S), SIGKILL the node's processes outside the group too (stray_processes: Ray's
+workers and the driver), keep Ray's logs beside the rank's own, remove the private dir, and remove the
 node's spilled objects, and the spill dir once no node's are left in it (remove_spilled).
 
 Only the standard library (it starts in ~20 ms); raynode/node.py imports keep_ray_logs from here,
@@ -75,6 +76,39 @@ def kill_group(pgid: int, leader_start: str) -> None:
             return
         if not group_members(pgid):
             return
+        time.sleep(0.05)
+
+
+def stray_processes(private_dir: Path, proc: Path = Path("/proc")) -> list[int]:
+    """This user's processes (but this one) that belong to the dead rank though outside its node's group: Ray's
+    workers, which raylet starts in sessions of their own, and the driver. Their environment (RAY_TMPDIR, the
+    token's path) or command line names the rank's private dir, a fresh random name of this user's. Measured:
+    a worker still starting when its rank was SIGKILLed made the session's dirs again, 0755 and never removed,
+    10 s after the guard had removed the private dir."""
+    mark, me, uid = os.fsencode(str(private_dir)), os.getpid(), os.getuid()
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if (proc / entry).stat().st_uid != uid:
+                continue
+            text = (proc / entry / "environ").read_bytes() + b"\0" + (proc / entry / "cmdline").read_bytes() + b"\0"
+        except OSError:  # gone meanwhile
+            continue
+        if any(mark + end in text for end in (b"/", b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def kill_strays(private_dir: Path) -> None:
+    deadline = time.monotonic() + GROUP_GONE_S
+    while (strays := stray_processes(private_dir)) and time.monotonic() < deadline:
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         time.sleep(0.05)
 
 
@@ -193,6 +227,7 @@ def main(private_dir: Path, kept_logs: Path) -> None:
             removes.append((None if words[1] == "-" else Path(words[1]), shlex.split(words[2])))
     if group is not None:
         kill_group(*group)
+    kill_strays(private_dir)  # before the dir goes: a worker still starting would make it again
     if removes:
         remove_containers(removes)
     try:

@@ -33,6 +33,11 @@ os.chmod(logs, 0o777)  # as Ray leaves it
 (logs / "raylet.out").write_text("raylet says hello")
 node = processes.start(["sh", "-c", "sleep 120 & sleep 120 & wait"], env={"PATH": "/usr/bin:/bin"},
                         stdout=subprocess.DEVNULL)
+# A Ray worker of the node, started by raylet in a session of its own (outside the group), that makes the session's
+# dirs again while it starts: it knows the private dir from its environment only (RAY_TMPDIR).
+stray = subprocess.Popen(["sh", "-c", 'while sleep 0.1; do mkdir -p "$RAY_TMPDIR/ray/session_x/sockets"; done'],
+                         env={"PATH": "/usr/bin:/bin", "RAY_TMPDIR": str(private.path)}, start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 guard = processes.Guard(private.path, Path(sys.argv[2]))
 group = node.pid if sys.argv[3] == "real" else int(sys.argv[3])
 if sys.argv[3] == "real":
@@ -40,7 +45,7 @@ if sys.argv[3] == "real":
 else:  # a group id whose leader has another start time: the id was recycled
     guard._say(f"group {group} 1")
 time.sleep(0.3)
-print(json.dumps({"node": node.pid, "guard": guard.proc.pid, "private": str(private.path),
+print(json.dumps({"node": node.pid, "guard": guard.proc.pid, "private": str(private.path), "stray": stray.pid,
                   "group": [p.pid for p in psutil.Process(node.pid).children()]}), flush=True)
 if sys.stdin.readline().strip() == "release":
     guard.release()
@@ -83,12 +88,14 @@ def kill_all(pids):
 
 def test_a_rank_killed_by_sigkill_takes_its_node_and_private_dir_with_it(tmp_path, short_tmp):
     rank, pids, kept = start_rank(tmp_path, short_tmp)
-    everything = [pids["node"], *pids["group"], pids["guard"]]
+    everything = [pids["node"], *pids["group"], pids["guard"], pids["stray"]]
     try:
         os.kill(rank.pid, signal.SIGKILL)
         rank.wait(timeout=10)
-        # Without the guard the two sleeps would be orphans of init for 120 s, and the dir would stay.
+        # Without the guard the two sleeps would be orphans of init for 120 s, and the dir would stay; without
+        # its look beyond the group, the stray would make the dir again after the guard removed it.
         assert not wait_gone(everything, 5)
+        time.sleep(0.5)
         assert not os.path.exists(pids["private"])
         # Ray's logs were kept, with nothing group- or world-writable left in them.
         assert (kept / "raylet.out").read_text() == "raylet says hello"
@@ -108,8 +115,9 @@ def test_a_released_guard_kills_and_removes_nothing(tmp_path, short_tmp):
         time.sleep(1)
         assert len(alive_pids(group)) == 2  # the rank exited; the guard let them be
         assert os.path.isdir(pids["private"])
+        assert alive_pids([pids["stray"]])  # nor the node's processes outside its group
     finally:
-        kill_all(group)
+        kill_all([*group, pids["stray"]])
 
 
 def test_the_guard_never_kills_a_recycled_group_id(tmp_path, short_tmp):
@@ -126,7 +134,7 @@ def test_the_guard_never_kills_a_recycled_group_id(tmp_path, short_tmp):
     finally:
         other.kill()
         other.wait(timeout=10)
-        kill_all([pid for pid in [pids["node"], *pids["group"]] if pid])
+        kill_all([pid for pid in [pids["node"], *pids["group"], pids.get("stray")] if pid])
 
 
 def test_kept_logs_never_overwrite_an_earlier_runs(tmp_path):
