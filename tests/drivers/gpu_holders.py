@@ -1,6 +1,6 @@
 """A driver for the GPU vendor tests: one actor per GPU of the cluster, all holding theirs at once, each
 reporting the visible-device variables it sees; then two learner-shaped actors (one GPU and one learner slot
-each, as the trainer's learners ask). Prints `GPUS {json}`."""
+each, as the trainer's learners ask; one on a one-GPU cluster). Prints `GPUS {json}`."""
 
 import json
 import os
@@ -24,6 +24,6 @@ holders = [Holder.remote() for _ in range(total)]
 seen = ray.get([holder.seen.remote() for holder in holders], timeout=120)
 for holder in holders:
     ray.kill(holder)
-learners = [Holder.options(resources={"mpiray_learner_slot": 1}).remote() for _ in range(2)]
+learners = [Holder.options(resources={"mpiray_learner_slot": 1}).remote() for _ in range(min(2, total))]
 learned = ray.get([learner.seen.remote() for learner in learners], timeout=120)
 print("GPUS " + json.dumps({"total": total, "holders": seen, "learners": learned}), flush=True)
