@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from train import cli
+from train.options import RETURN_METRIC
 
 from helpers import exit_codes, launch
 from trainer.test_config import TINY
@@ -70,11 +71,14 @@ def progress(trial_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """BasicEnv PPO, checkpoint every iteration, keep 1 by score, stopped by --stop-timesteps."""
+    """BasicEnv PPO, checkpoint every iteration, keep 1 by score, stopped by --stop-timesteps; tracked in MLflow
+    (its file store) and W&B (offline: no API key, no network)."""
     storage_path = tmp_path_factory.mktemp("results")
     finished = run_train_command(
         [*TINY, "--stop-iters", "50", "--stop-timesteps", "600", "--checkpoint-frequency", "1",
-         "--checkpoints-to-keep", "1", "--storage-path", str(storage_path), "--name", "basic"])
+         "--checkpoints-to-keep", "1", "--storage-path", str(storage_path), "--name", "basic",
+         "--mlflow", "--wandb", "mpiray-test"],
+        trainer_env(HOME=str(storage_path / "home")))  # no W&B login of this machine's user
     return finished, storage_path / "basic"
 
 
@@ -91,6 +95,50 @@ def test_stop_timesteps_stops_and_outputs_are_written(trained_run):
     (events,) = trial_dir.glob("events.out.tfevents.*")
     event_bytes = events.read_bytes()
     assert b"brain.Event" in event_bytes and b"env_runners/episode_return_mean" in event_bytes
+
+
+WANDB_BLOCK = 32768  # a .wandb file is a LevelDB log of W&B's protobuf Records, after a 7-byte header
+
+
+def wandb_history(run_file: Path) -> list[dict]:
+    """The history rows (one per logged step) of an offline W&B run, read as `wandb sync` would."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B", data[:8]
+    pos, pending, rows = 7, b"", []
+    while pos + 7 <= len(data):
+        if WANDB_BLOCK - pos % WANDB_BLOCK < 7:  # a block's tail too short for a header is padding
+            pos += WANDB_BLOCK - pos % WANDB_BLOCK
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a record is whole
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows
+
+
+@pytest.mark.train
+def test_mlflow_and_wandb_hold_every_iteration_without_a_network(trained_run, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    finished, experiment_dir = trained_run
+    returns = [float(row[RETURN_METRIC]) for row in progress(single_trial_dir(experiment_dir))]
+    storage_path = experiment_dir.parent
+    assert f"MLflow: experiment basic in {(storage_path / 'mlruns').as_uri()}" in finished.stdout
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(storage_path / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("basic").experiment_id])
+    assert [metric.value for metric in client.get_metric_history(run.info.run_id, RETURN_METRIC)] == returns
+    assert f"W&B: project mpiray-test, offline in {storage_path / 'wandb'}" in finished.stdout
+    (run_file,) = (storage_path / "wandb").glob("offline-run-*/run-*.wandb")
+    assert [row[RETURN_METRIC] for row in wandb_history(run_file)] == returns
 
 
 @pytest.mark.train

@@ -174,6 +174,13 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str,
                              help="continue the newest unfinished ALGO_ENV_* experiment (an unfinished --name "
                                   "or a requeued job's own experiment continues without it); a finished one "
                                   "exits 0")
+    checkpoints.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                             help="log every iteration to MLflow: to the tracking server URI names, else to a "
+                                  "file store STORAGE_PATH/mlruns that `mlflow ui` reads (needs mlflow-skinny)")
+    checkpoints.add_argument("--wandb", default=None, metavar="PROJECT",
+                             help="log every iteration to Weights & Biases project PROJECT, offline unless "
+                                  "WANDB_MODE says otherwise (compute nodes rarely reach the internet): "
+                                  "`wandb sync STORAGE_PATH/wandb/offline-run-*` from a login node uploads it")
     checkpoints.add_argument("--stop-grace", dest="stop_grace_s", type=float, default=default_stop_grace(environ),
                              help="seconds after SIGTERM to wait for the checkpoint before exiting anyway; "
                                   "keep below the launcher's grace period (default: MPIRAY_STOP_GRACE - 2, "

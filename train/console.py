@@ -27,8 +27,12 @@ INTERNAL_NOTICES: tuple[tuple[Optional[str], str], ...] = (
     ("ray.tune.utils.util", r"Install gputil for GPU system monitoring"),
     # Ray's core (C++, logged as E) about how RLlib creates its env runners (restartable actors with
     # arguments in the object store, ray-project/ray#53727): nothing a run's flags change.
-    (None, r"core_worker\.cc:\d+: Actor with class name: '\w*EnvRunner' .*has constructor arguments in the "
-           r"object store and max_restarts > 0"),
+    # Ray's W&B logging actor (--wandb) is made the same way.
+    (None, r"core_worker\.cc:\d+: Actor with class name: '(?:\w*EnvRunner|_WandbLoggingActor)' .*has constructor "
+           r"arguments in the object store and max_restarts > 0"),
+    # W&B's own console in that actor: its banner and a table of every metric per trial (the trainer says
+    # where the runs are); its errors show.
+    (None, r"\bwandb: (?!ERROR)"),
     # Tune's note for every checkpoint: the trainer counts them and says so once at the end.
     ("ray.train._internal.storage", r"Checkpoint successfully created at: "),
 )

@@ -50,6 +50,8 @@ class TrainOptions:
     local_mode: bool = False
     stop_grace_s: float = 8.0
     verbose: bool = False
+    mlflow: Optional[str] = None  # "": a file store under the storage path; None: no MLflow (tracking.py)
+    wandb: Optional[str] = None  # the W&B project; None: no W&B
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from train import cluster, config, events, storage
+from train import cluster, config, events, storage, tracking
 from train.envs import EnvChoice, inspect_env
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 
@@ -161,6 +162,9 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
         return tuner
     _say(f"results: {experiment_dir}; stop at {config.stop_criteria(options, env)}")
     _say(f"TensorBoard: tensorboard --logdir {experiment_dir}")
+    trackers, notes = tracking.callbacks(options, experiment_dir, os.environ)
+    for note in notes:
+        _say(note)
     run_config = tune.RunConfig(
         name=experiment_dir.name,
         storage_path=str(experiment_dir.parent),
@@ -168,7 +172,7 @@ def _make_or_restore_tuner(options, algorithm_config, env, experiment_dir: Path,
         checkpoint_config=config.checkpoint_config(options),
         callbacks=[
             CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback(), CheckpointOnSignal(), ProgressLine(),
-            LearnerNodeWatch(),
+            LearnerNodeWatch(), *trackers,
         ],
         verbose=0,  # ProgressLine replaces Tune's tables and full-config dumps
     )

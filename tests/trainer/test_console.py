@@ -18,6 +18,11 @@ RAY_INTERNAL_LINES = [
     "(PPO pid=350) Install gputil for GPU system monitoring.",
     "(PPO(env=BasicEnv; env-runners=1) pid=350) Checkpoint successfully created at: Checkpoint(filesystem=local, "
     "path=/tmp/results/x/checkpoint_000000)",
+    # --wandb: Ray's W&B logging actor, and W&B's console in it
+    "[2026-11-28 06:30:05,589 E 15030 15030] core_worker.cc:2465: Actor with class name: '_WandbLoggingActor' and "
+    "ID: '805b1d71cf39ceac2817da6601000000' has constructor arguments in the object store and max_restarts > 0.",
+    "(_WandbLoggingActor pid=15353) wandb: Run data is saved locally in /tmp/r/t1/wandb/offline-run-2026_00000",
+    "(_WandbLoggingActor pid=15353) wandb:      env_runners/env_step_timer █▁",
 ]
 
 
@@ -30,7 +35,8 @@ def test_every_internal_notice_is_named_once_and_only_those_lines_match():
     for kept in ["[train] abc iter 3 | 1200 env steps | return 1.000 (min 1.000, max 1.000) | 4.2 s",
                  "DeprecationWarning: `my_env.step()` has been deprecated.",
                  "(PPO pid=350) WARNING env.py:1 -- my env warns", "Actor with class name: 'MyActor' and ID: 'x' "
-                 "has constructor arguments in the object store and max_restarts > 0"]:
+                 "has constructor arguments in the object store and max_restarts > 0",
+                 "(_WandbLoggingActor pid=15353) wandb: ERROR Run initialization has timed out"]:
         assert not console.is_internal_notice(kept), kept
 
 
