@@ -1,7 +1,8 @@
 """Learning on every node of the job, on the 3-host Slurm testbed: RLlib's remote learners spread over the
 hosts (one per learner slot), torch's gloo over the network each node advertises (GLOO_SOCKET_IFNAME, set
 by mpiray per node), a user's own RLlib script with learners on several hosts, what cannot be placed refused
-at once, and a lost learner node named as the cause, the training continuing from its checkpoint.
+at once, and a lost learner node named as the cause, the training continuing from its checkpoint. Other Ray
+workloads as drivers: the Ray Train (torch DDP) and Ray Tune recipes of jobs/recipes/.
 
 Each runs real RLlib training over real srun; together they take a few minutes on 2 cores.
 """
@@ -23,13 +24,15 @@ from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, driver_report, exit_
 
 pytestmark = [pytest.mark.slurm, pytest.mark.train]
 PLAIN = ROOT / "tests" / "drivers" / "plain_rllib.py"
+RECIPES = ROOT / "jobs" / "recipes"
 LEARNERS_LINE = re.compile(r"^\[train\] learners: (\d+) on (\d+) nodes: (.*)$", re.M)
 PROGRESS = re.compile(r"^\[train\] \S+ iter (\d+) \| \d+ env steps \| return ([\d.]+)", re.M)
 
 
-def srun(bed, jobs, tmp_path: Path, nodes: int, *driver: str) -> list[str]:
+def srun(bed, jobs, tmp_path: Path, nodes: int, *driver: str, options: tuple[str, ...] = ()) -> list[str]:
     return ["srun", f"--job-name={jobs.name}", f"-N{nodes}", f"-n{nodes}", "--cpus-per-task=2", "--mpi=pmi2",
-            f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--", *driver]
+            f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *options, "--",
+            *driver]
 
 
 def trainer(tmp_path: Path, *flags: str) -> list[str]:
@@ -160,3 +163,39 @@ def job_dir_of_newest(tmp_path: Path, jobs) -> Path:
                   key=lambda d: d.stat().st_mtime)
     jobs.ids.append(job_dir.name)
     return job_dir
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S * 2)
+def test_the_ray_train_recipe_runs_ddp_with_a_worker_on_each_host_in_step(slurm_testbed, jobs, tmp_path):
+    """jobs/recipes/ray_train_ddp.py: TorchTrainer with 3 workers, one learner slot each, so one per host;
+    DDP's gloo on the interface of each node's address; the same weights on every worker after training; the
+    checkpoint on the shared storage path. With --dashboard, as the recipe says: Ray Train 2.60 polls Ray's
+    State API, which the dashboard serves, and warns every few seconds where it cannot."""
+    bed = slurm_testbed
+    driver = [PYTHON, str(RECIPES / "ray_train_ddp.py"), "--workers", "3", "--storage-path", str(tmp_path / "r")]
+    result = bed.run(srun(bed, jobs, tmp_path, 3, *driver, options=("--dashboard",)), timeout=JOB_TIMEOUT_S * 2)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    report = driver_report(result.stdout, "RECIPE", result.stderr)
+    workers = report["workers"]
+    assert sorted(worker["node"] for worker in workers) == bed.node_ips
+    assert {worker["gloo"] for worker in workers} == {"eth0"}
+    assert len({(worker["weight"], worker["bias"]) for worker in workers}) == 1  # DDP kept them in step
+    assert abs(workers[0]["weight"] - 3) < 0.05 and abs(workers[0]["bias"] - 1) < 0.05
+    assert (Path(report["checkpoint"]) / "model.pt").is_file()
+    assert "Failed to query Ray Train Controller" not in output
+    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S * 2)
+def test_the_ray_tune_recipe_runs_its_trials_on_every_host(slurm_testbed, jobs, tmp_path):
+    """jobs/recipes/ray_tune_search.py: 6 one-CPU trials on 3 hosts of 2 CPUs, all at once, so on every host;
+    the best of the grid found; no trial failed."""
+    bed = slurm_testbed
+    driver = [PYTHON, str(RECIPES / "ray_tune_search.py"), "--steps", "10", "--storage-path", str(tmp_path / "r")]
+    result = bed.run(srun(bed, jobs, tmp_path, 3, *driver), timeout=JOB_TIMEOUT_S * 2)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    report = driver_report(result.stdout, "RECIPE", result.stderr)
+    assert (report["best_x"], report["trials"], report["errors"]) == (2, 6, 0)
+    assert report["nodes"] == bed.node_ips
+    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
