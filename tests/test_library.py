@@ -229,6 +229,33 @@ def test_losing_the_head_ends_every_rank_with_a_clear_message(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode, line", [("blocked-in-ray", "BLOCKED"), ("blocked-in-c", "SLEEPING")])
+def test_losing_the_head_while_the_script_is_blocked_ends_every_rank_with_1(tmp_path, mode, line):
+    """The head's GCS killed while the script waits in ray.get(timeout=60), or in code that never returns to
+    Python (SIGTERM blocked): exit code 1 on every rank, as the README promises for the loss of the head,
+    within the stop grace (here 6-7 s and 11 s), not a SIGKILLed rank 0 (exit 9) or Ray's own 60 s."""
+    proc = start_script(tmp_path, mode)
+    try:
+        read_until(proc, line)
+        job_dir = job_dir_of(tmp_path)
+        gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
+        os.kill(gcs[0], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = finish(proc, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    took = time.monotonic() - killed
+    print(f"{mode}: head's GCS killed -> every rank ended: {took:.1f} s")
+    assert proc.returncode == 1, err[-3000:]
+    assert took < 35, took  # the stop grace (30 s by default) and the teardown's deadline
+    assert "RAY ANSWERED" not in out and "SLEPT TO THE END" not in out
+    assert last_event(job_dir, 0, "head_lost")["cause"] == "head_lost"
+    assert_every_rank_ended_with(job_dir, 2, 1)
+
+
+@pytest.mark.slow
 def test_a_lost_worker_node_is_logged_and_the_script_goes_on(tmp_path):
     marker = tmp_path / "go"
     proc = start_script(tmp_path, "wait-then-ray", str(marker), ranks=3)

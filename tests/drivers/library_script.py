@@ -5,7 +5,9 @@ caught inside, then a normal end), raise (an uncaught exception), sigterm (waits
 exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.cluster()),
 time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, with SIGTERM blocked in
 the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
-calls Ray), finalize-pause (exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs).
+calls Ray), blocked-in-ray (blocked in ray.get(timeout=60) of a task that sleeps 60 s), blocked-in-c (sleeps
+60 s with SIGTERM blocked in the main thread, as C code that never returns to Python), finalize-pause
+(exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs).
 Every rank prints `RANK r: ...` lines; rank 0 prints `CONNECTED {json}` once connected.
 """
 
@@ -85,9 +87,9 @@ if mode == "raise":
 if mode == "sigterm":
     print("WAITING", flush=True)
     time.sleep(120)
-if mode == "time-limit-stuck":
+if mode in ("time-limit-stuck", "blocked-in-c"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as a thread stuck in C code never sees it
-if mode.startswith("time-limit"):
+if mode.startswith("time-limit") or mode == "blocked-in-c":
     print("SLEEPING", flush=True)
     time.sleep(60)
     print("SLEPT TO THE END", flush=True)
@@ -101,6 +103,16 @@ if mode == "wait-then-ray":
         time.sleep(0.1)
     print("CALLING RAY", flush=True)
     print(f"RAY ANSWERED {ray.get(ray.remote(lambda: 42).remote(), timeout=120)}", flush=True)
+if mode == "blocked-in-ray":
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def nap():
+        time.sleep(60)
+
+    task = nap.remote()
+    print("BLOCKED", flush=True)
+    print(f"RAY ANSWERED {ray.get(task, timeout=60)}", flush=True)
 if mode == "exit-false":
     mpiray.shutdown()  # the other ranks return from init() now
     total = MPI.COMM_WORLD.allreduce(rank)
