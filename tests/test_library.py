@@ -202,25 +202,32 @@ def test_a_script_that_cannot_end_when_told_is_ended_without_it(tmp_path):
     assert_every_rank_ended_with(job_dir, 2, 124)
 
 
-@pytest.mark.slow
-def test_losing_the_head_ends_every_rank_with_a_clear_message(tmp_path):
-    marker = tmp_path / "go"
-    proc = start_script(tmp_path, "wait-then-ray", str(marker))
+def lose_the_head(tmp_path: Path, mode: str, line: str, *extra: str, then=lambda: None):
+    """Start the script in MODE, wait for LINE, SIGKILL the head's GCS, call then(), wait for the end:
+    (stdout, stderr, the job dir, seconds from the kill to the end, the exit code)."""
+    proc = start_script(tmp_path, mode, *extra)
     try:
-        read_until(proc, "WAITING")
+        read_until(proc, line)
         job_dir = job_dir_of(tmp_path)
         gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
         os.kill(gcs[0], signal.SIGKILL)
         killed = time.monotonic()
-        marker.touch()  # the script now calls Ray, which waits for a GCS that is gone
+        then()
         out, err = finish(proc, timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    took = time.monotonic() - killed
+    return out, err, job_dir, time.monotonic() - killed, proc.returncode
+
+
+@pytest.mark.slow
+def test_losing_the_head_ends_every_rank_with_a_clear_message(tmp_path):
+    marker = tmp_path / "go"
+    # the script then calls Ray, which waits for a GCS that is gone
+    out, err, job_dir, took, code = lose_the_head(tmp_path, "wait-then-ray", "WAITING", str(marker), then=marker.touch)
     print(f"head's GCS killed -> every rank ended: {took:.1f} s")
-    assert proc.returncode not in (0, None), err[-3000:]
+    assert code not in (0, None), err[-3000:]
     assert took < 40, took  # the command line's bound: 20 s measured; Ray's own core worker would take 60 s
     assert "RAY ANSWERED" not in out
     assert last_event(job_dir, 0, "head_lost")["cause"] == "head_lost"
@@ -234,21 +241,9 @@ def test_losing_the_head_while_the_script_is_blocked_ends_every_rank_with_1(tmp_
     """The head's GCS killed while the script waits in ray.get(timeout=60), or in code that never returns to
     Python (SIGTERM blocked): exit code 1 on every rank, as the README promises for the loss of the head,
     within the stop grace (here 6-7 s and 11 s), not a SIGKILLed rank 0 (exit 9) or Ray's own 60 s."""
-    proc = start_script(tmp_path, mode)
-    try:
-        read_until(proc, line)
-        job_dir = job_dir_of(tmp_path)
-        gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
-        os.kill(gcs[0], signal.SIGKILL)
-        killed = time.monotonic()
-        out, err = finish(proc, timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    took = time.monotonic() - killed
+    out, err, job_dir, took, code = lose_the_head(tmp_path, mode, line)
     print(f"{mode}: head's GCS killed -> every rank ended: {took:.1f} s")
-    assert proc.returncode == 1, err[-3000:]
+    assert code == 1, err[-3000:]
     assert took < 35, took  # the stop grace (30 s by default) and the teardown's deadline
     assert "RAY ANSWERED" not in out and "SLEPT TO THE END" not in out
     assert last_event(job_dir, 0, "head_lost")["cause"] == "head_lost"
