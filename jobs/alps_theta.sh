@@ -1,5 +1,6 @@
 #!/bin/bash
-# A Ray cluster over Cray XC nodes under Cobalt and ALPS (ALCF Theta): one launcher rank, hence
+# A Ray cluster over Cray XC nodes under Cobalt and ALPS (ALCF Theta, retired in 2023;
+# Polaris and Aurora, its successors, run PBS: pbs_polaris.sh, pbs_aurora.sh): one launcher rank, hence
 # one Ray node, per node, started by aprun from the job's service (MOM) node. Rank 0 runs the Ray
 # head and the driver; the job's exit code is the driver's.
 #

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A Ray cluster on one whole Slurm node (NREL Eagle/Kestrel style): every core of the node is a
+# A Ray cluster on one whole Slurm node (NREL Kestrel style; Eagle, retired, ran the same): every core of the node is a
 # Ray CPU. One launcher rank by default; with RANKS_PER_NODE=N the node is split into N Ray nodes
 # (e.g. one per NUMA domain or GPU), and the launcher makes sure they never count a core twice.
 # The job's exit code is the driver's.
@@ -14,7 +14,7 @@
 #SBATCH --account=myproject            # your allocation
 #SBATCH --partition=standard           # e.g. short, standard, debug
 #SBATCH --nodes=1
-#SBATCH --exclusive                    # the whole node: all its cores (Eagle 36, Kestrel 104)
+#SBATCH --exclusive                    # the whole node: all its cores (Kestrel 104; retired Eagle: 36)
 #SBATCH --time=01:00:00
 #SBATCH --signal=TERM@120              # SIGTERM to the launcher 2 minutes before the time limit
 #SBATCH --output=%x-%j.out             # the driver's output; per-rank logs: logs/JOB_ID/

@@ -239,8 +239,10 @@ def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argpar
         prog=prog,
         usage=f"mpirun -np N {'python ' if prog.endswith('.py') else ''}{prog} [options] [-- DRIVER COMMAND ...]",
         description="Start a Ray cluster over the MPI ranks (rank 0: head and driver, others: "
-        "worker nodes), run the driver, exit with its exit code. Without a driver command it "
-        "runs the RLlib trainer (python -m train). Every option also reads MPIRAY_<OPTION>.",
+        "worker nodes), run the driver, exit with its exit code. The driver: the command after '--'; "
+        "else MPIRAY_DRIVER (a shell-style command line; '--' wins over it); else the RLlib trainer "
+        "(python -m train). With --join and neither, the nodes only serve. "
+        "Every option also reads MPIRAY_<OPTION>.",
     )
     for o in OPTIONS:
         help_text = (o.help + (f" (default: {o.shown_default or o.default})")).replace("%", "%%")
