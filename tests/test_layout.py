@@ -20,7 +20,7 @@ LAYERS = (
     ("elastic", ("mpiray.elastic",)),
     ("the rank's life", ("mpiray.rank",)),
     ("rank 0's leaders", ("mpiray.leaders",)),
-    ("front doors", ("mpiray.values", "mpiray.console", "mpiray.options", "mpiray.library", "mpiray.cli",
+    ("front doors", ("mpiray.values", "mpiray.console", "mpiray.options", "mpiray.library", "mpiray.driver", "mpiray.cli",
                      "mpiray.__main__", "mpiray")),
 )
 # The only imports of mpiray modules inside a function, and why they cannot be at the top.
@@ -133,3 +133,12 @@ def test_importing_mpiray_starts_neither_ray_nor_mpi_nor_the_launcher():
     code = "import sys, mpiray; print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'mpi4py', 'mpiray')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert eval(loaded.stdout) == ["mpiray", "mpiray.errors"]
+
+
+def test_the_trainer_uses_mpirays_front_door_only():
+    """train/ is a driver like any other: it imports `mpiray` (init) and mpiray.driver, nothing inside."""
+    known = set(modules())
+    used = sorted({(module_name(path), target) for path in (ROOT / "train").rglob("*.py")
+                   for target, _ in imports(module_name(path), path, known)})
+    assert {target for _, target in used} <= {"mpiray", "mpiray.driver"}, used
+    assert ("train.cluster", "mpiray.driver") in used  # the test reads train/ at all

@@ -11,6 +11,7 @@ import sys
 import traceback
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from train.errors import TrainError
 from train.options import (
     DEFAULT_CHECKPOINT_SCORE,
     DEFAULT_FCNET_HIDDENS,
@@ -18,7 +19,6 @@ from train.options import (
     EvaluateOptions,
     PlotOptions,
     TrainOptions,
-    UsageError,
 )
 
 EXIT_USAGE = 2
@@ -354,10 +354,9 @@ def _run_evaluate(options: EvaluateOptions) -> int:
 
 # The one place that maps outcomes to exit codes.
 def _run_reporting_errors(runner: Callable[[Any], int], options: Any) -> int:
-    usage_errors = _usage_error_types()
     try:
         return runner(options)
-    except usage_errors as error:
+    except TrainError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -368,17 +367,6 @@ def _run_reporting_errors(runner: Callable[[Any], int], options: Any) -> int:
         return 1
 
 
-def _usage_error_types() -> tuple[type, ...]:
-    from train.cluster import ResourceError
-    from train.config import AlgorithmNotFoundError, OptionError
-    from train.envs import EnvConfigError, EnvNotFoundError
-    from train.storage import StorageError
-
-    return (
-        AlgorithmNotFoundError, OptionError, EnvNotFoundError, EnvConfigError, StorageError, ResourceError, UsageError
-    )
-
-
 PARSERS = {"train": build_train_parser, "plot": build_plot_parser, "evaluate": build_evaluate_parser}
 OPTION_BUILDERS = {"train": train_options, "plot": plot_options, "evaluate": evaluate_options}
-RUNNERS = {"train": _run_train, "plot": _run_plot, "evaluate": _run_evaluate}
+RUNNERS: dict[str, Callable[[Any], int]] = {"train": _run_train, "plot": _run_plot, "evaluate": _run_evaluate}

@@ -5,20 +5,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
-import tempfile
-from pathlib import Path
 from typing import Iterator, Mapping, MutableMapping, Optional
 
-from mpiray.raynode import raycompat
-from mpiray.raynode.private import PrivateDir
+from mpiray.driver import LEARNER_SLOT, private_local_ray, ray_version
+from train.errors import ResourceError
 
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
-LEARNER_SLOT = "mpiray_learner_slot"  # mpiray/raynode/commands.py: a learner per slot, declared on every node
 
-
-class ResourceError(ValueError):
-    """The run asks for more CPUs/GPUs than the cluster has."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,33 +48,12 @@ def ray_cluster(environ: MutableMapping[str, str], num_cpus: Optional[int] = Non
         finally:
             ray.shutdown()
         return
-    with private_local_ray(environ) as temp_dir:
+    with private_local_ray(environ, f"train{os.getpid()}") as temp_dir:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, _temp_dir=str(temp_dir))
         try:
             yield describe_cluster(environ, None)
         finally:
             ray.shutdown()
-
-
-@contextlib.contextmanager
-def private_local_ray(environ: MutableMapping[str, str]) -> Iterator[Path]:
-    """A local Ray as safe as the launcher's: token auth with a fresh token, a temp dir only this
-    user can enter (not the shared /tmp/ray), nothing written to ~/.ray. Yields Ray's temp dir."""
-    private = PrivateDir.create(Path(environ.get("TMPDIR") or tempfile.gettempdir()), f"train{os.getpid()}")
-    tmpdir_before = environ.get("RAY_TMPDIR")
-    try:
-        # Tune's checkpoint locks go to RAY_TMPDIR/_ray_lockfiles, not /tmp's (docs/security.md)
-        environ.setdefault("RAY_TMPDIR", str(private.path))
-        environ["RAY_AUTH_MODE"] = "token"
-        environ["RAY_AUTH_TOKEN_PATH"] = str(private.write_token(secrets.token_hex(32)))
-        environ.pop("RAY_AUTH_TOKEN", None)  # the file is the only source
-        if environ is os.environ:
-            raycompat.reload_auth_settings()
-        yield private.ray_dir
-    finally:
-        if tmpdir_before is None:
-            environ.pop("RAY_TMPDIR", None)
-        private.remove()
 
 
 def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> ClusterInfo:
@@ -90,7 +62,8 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
 
     resources = ray.cluster_resources()
     alive_nodes = [node for node in ray.nodes() if node.get("Alive")]
-    head = next((node["Resources"] for node in alive_nodes if HEAD_RESOURCE in node.get("Resources", {})), {})
+    head: Mapping[str, float] = next(
+        (node["Resources"] for node in alive_nodes if HEAD_RESOURCE in node.get("Resources", {})), {})
     return ClusterInfo(
         address=address,
         num_nodes=int(environ.get("MPIRAY_NUM_NODES") or len(alive_nodes)),
@@ -163,7 +136,7 @@ def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on
         if not any(node["CPU"] >= need.get("CPU", 0) and node["GPU"] >= need.get("GPU", 0) for node in cluster.nodes):
             raise ResourceError(
                 f"{learners} learners need {need.get('CPU', 0):g} CPUs and {need.get('GPU', 0):g} GPUs on one node: "
-                f"this Ray's RLlib ({raycompat.ray_version()}) places all learners in one bundle, and no node has "
+                f"this Ray's RLlib ({ray_version()}) places all learners in one bundle, and no node has "
                 f"that much (the largest: {_largest(cluster)}). Give fewer learners, or use Ray 2.60, whose "
                 "learners spread over the nodes")
         return
@@ -171,14 +144,15 @@ def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on
         return
     free = [dict(node) for node in cluster.nodes]
     main = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles[0]
-    for node in free if main_on_head else ():
-        if node.get(HEAD_RESOURCE):
-            node["CPU"], node["GPU"] = node["CPU"] - main.get("CPU", 0), node["GPU"] - main.get("GPU", 0)
+    for head_node in free if main_on_head else ():
+        if head_node.get(HEAD_RESOURCE):
+            head_node["CPU"] -= main.get("CPU", 0)
+            head_node["GPU"] -= main.get("GPU", 0)
     need = {name: amount for name, amount in bundles[0].items() if name in ("CPU", "GPU")}
     placed = 0
     for _ in range(learners):  # as Ray would: a learner on any node with a slot and its CPUs and GPUs free
-        node = next((n for n in free if n.get(LEARNER_SLOT, 0) >= 1
-                     and all(n.get(name, 0) >= amount for name, amount in need.items())), None)
+        node: Optional[dict[str, float]] = next((n for n in free if n.get(LEARNER_SLOT, 0) >= 1 and all(
+            n.get(name, 0) >= amount for name, amount in need.items())), None)
         if node is None:
             break
         node[LEARNER_SLOT] -= 1

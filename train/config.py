@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
-from mpiray.raynode.commands import LEARNER_SLOT
+from mpiray.driver import LEARNER_SLOT
 from train.cluster import HEAD_RESOURCE
 from train.envs import EnvChoice
+from train.errors import AlgorithmNotFoundError, OptionError
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC, TrainOptions
 
 FRAMEWORKS = ("torch",)
@@ -29,12 +30,6 @@ HEALTH_PROBE_TIMEOUT_S = 5.0
 RESTART_DELAY_S = 5.0
 
 
-class AlgorithmNotFoundError(ValueError):
-    """--run names no RLlib algorithm."""
-
-
-class OptionError(ValueError):
-    """A flag value RLlib would reject, caught before any Ray work."""
 
 
 @dataclasses.dataclass(frozen=True)

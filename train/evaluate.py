@@ -10,7 +10,8 @@ from typing import MutableMapping
 
 from train.cluster import ray_cluster
 from train.envs import inspect_env
-from train.options import EvaluateOptions, UsageError
+from train.errors import UsageError
+from train.options import EvaluateOptions
 
 CHECKPOINT_MARKER = "rllib_checkpoint.json"
 CTOR_ARGS_FILE = "class_and_ctor_args.pkl"

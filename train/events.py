@@ -5,27 +5,19 @@ nowhere otherwise. Programs read the events' names and fields (mpiray/logs/event
 from __future__ import annotations
 
 import os
-import socket
-from pathlib import Path
 from typing import Mapping, Optional
 
-from mpiray.batch.environment import safe_job_id
-from mpiray.logs.events import RankLog
+from mpiray import driver
 
 PREFIX = "trainer-"
-_log: Optional[RankLog] = None
+_log: Optional[driver.JobLog] = None
 
 
-def trainer_log(environ: Mapping[str, str] = os.environ) -> Optional[RankLog]:
+def trainer_log(environ: Mapping[str, str] = os.environ) -> Optional[driver.JobLog]:
     """The job's trainer log, opened once (None: no launcher's job dir to write it in)."""
     global _log
     if _log is None:
-        log_dir, job_id = environ.get("MPIRAY_LOG_DIR"), environ.get("MPIRAY_JOB_ID")
-        job_dir = Path(log_dir) / safe_job_id(job_id) if log_dir and job_id else None
-        if job_dir is None or not job_dir.is_dir():
-            return None
-        _log = RankLog(0, socket.gethostname())
-        _log.open(job_dir, prefix=PREFIX)
+        _log = driver.job_log(PREFIX, environ)
     return _log
 
 

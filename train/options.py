@@ -12,9 +12,6 @@ RETURN_METRIC = "env_runners/episode_return_mean"
 ENV_STEPS_METRIC = "num_env_steps_sampled_lifetime"
 
 
-class UsageError(ValueError):
-    """A command was asked for something that cannot work (bad path, no data)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from train.options import ENV_STEPS_METRIC, RETURN_METRIC, PlotOptions, UsageError
+from train.errors import UsageError
+from train.options import ENV_STEPS_METRIC, RETURN_METRIC, PlotOptions
 
 RETURN_MIN_METRIC = "env_runners/episode_return_min"
 RETURN_MAX_METRIC = "env_runners/episode_return_max"

@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Optional
 
-from mpiray.batch import environment
+from mpiray import driver
+from train.errors import StorageError
 
 PROBE_DIR_PREFIX = ".storage-probe-"
 SHARED_CHECK_TIMEOUT_S = 60.0
@@ -20,9 +21,6 @@ EXPERIMENT_STATE = "experiment_state-*.json"
 # The launcher's job id, written into the experiments a job starts: a requeued job (same id) finds its own.
 JOB_TAG = ".mpiray-job-id"
 
-
-class StorageError(ValueError):
-    """The results directory cannot be used (not writable, or not shared by all nodes)."""
 
 
 def default_storage_path(environ: Mapping[str, str]) -> Path:
@@ -173,7 +171,7 @@ def restart_of(environ: Mapping[str, str]) -> Optional[str]:
     run_count and tells its driver (MPIRAY_RESTART, "run 2 (PBS run_count)"); the job tag then finds the
     experiment.
     """
-    return environ.get("MPIRAY_RESTART") or environment.detect(environ).restart
+    return driver.restart(environ)
 
 
 def _probe_from_node(probe_dir: str, node_id: str) -> str:

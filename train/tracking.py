@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, MutableMapping, Optional, Tuple
 
-from train.options import TrainOptions, UsageError
+from train.errors import UsageError
+from train.options import TrainOptions
 
 WANDB_MODE = "WANDB_MODE"
 WANDB_OFFLINE = "offline"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.envs import BasicEnv, CorridorEnv, EnvConfigError, EnvFactory, EnvNotFoundError, inspect_env
+from train.envs import BasicEnv, CorridorEnv, EnvFactory, inspect_env
+from train.errors import EnvConfigError, EnvNotFoundError
 
 
 def test_basic_env_rewards_only_action_two():

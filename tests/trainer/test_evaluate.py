@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from train.errors import UsageError
 from train.evaluate import find_checkpoint
-from train.options import UsageError
 
 
 def test_find_checkpoint_picks_the_newest_under_a_run(tmp_path):

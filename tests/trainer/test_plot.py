@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from train import cli
-from train.options import UsageError
+from train.errors import UsageError
 from train.plot import find_progress_files, plot_runs, read_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -30,6 +30,7 @@ import gymnasium as gym
 
 from train.envs.basic import BasicEnv
 from train.envs.corridor import CorridorEnv
+from train.errors import EnvConfigError, EnvNotFoundError
 
 ENVS: dict[str, Union[type, str]] = {
     "BasicEnv": BasicEnv,
@@ -42,12 +43,6 @@ CONFIG_PARAMETER_NAMES = ("config", "env_config", "env_context", "context", "cfg
 SUGGESTED_GYM_IDS = ("CartPole-v1", "MountainCar-v0", "Acrobot-v1", "Pendulum-v1")
 
 
-class EnvNotFoundError(ValueError):
-    """The --env value names no known env, class or gymnasium id."""
-
-
-class EnvConfigError(ValueError):
-    """The env exists but could not be built with the given --env-config."""
 
 
 @dataclasses.dataclass(frozen=True)
