@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import math
 import os
 import sys
 import traceback
@@ -20,11 +18,23 @@ from train.options import (
     PlotOptions,
     TrainOptions,
 )
+from train.values import (
+    int_tuple,
+    json_object,
+    non_negative_float,
+    non_negative_int,
+    optional_float,
+    optional_int,
+    optional_str,
+    positive_float,
+    positive_int,
+    reward_target,
+    str_tuple,
+)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 SUBCOMMANDS = ("train", "plot", "evaluate")
-NONE_WORDS = ("none", "off", "no")
 DEFAULT_STOP_GRACE_S = 8.0  # standalone (no launcher): a qdel'd job's kill_delay is often 10 s
 STOP_GRACE_MARGIN_S = 2.0
 
@@ -103,8 +113,8 @@ def _add_algorithm_flags(parser: argparse.ArgumentParser) -> None:
                            help="JSON object passed to the env constructor, e.g. '{\"corridor_length\": 5}'")
     algorithm.add_argument("--framework", default="torch",
                            help="deep-learning framework; RLlib now supports torch only")
-    algorithm.add_argument("--lr", type=float, default=None, help="learning rate (default: the algorithm's)")
-    algorithm.add_argument("--train-batch-size", type=int, default=None,
+    algorithm.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the algorithm's)")
+    algorithm.add_argument("--train-batch-size", type=positive_int, default=None,
                            help="env steps per training batch, split over learners "
                                 "(default: the algorithm's, e.g. PPO 4000, DQN 32)")
     algorithm.add_argument("--fcnet-hiddens", type=int_tuple, default=DEFAULT_FCNET_HIDDENS,
@@ -112,21 +122,21 @@ def _add_algorithm_flags(parser: argparse.ArgumentParser) -> None:
     algorithm.add_argument("--algo-config", type=json_object, default={},
                            help="JSON object of further AlgorithmConfig settings, "
                                 "e.g. '{\"num_epochs\": 6, \"gamma\": 0.95}'")
-    algorithm.add_argument("--seed", type=int, default=None, help="random seed for env runners and learners")
+    algorithm.add_argument("--seed", type=non_negative_int, default=None, help="random seed for env runners and learners")
 
 
 def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
     resources = parser.add_argument_group("resources")
-    resources.add_argument("--num-env-runners", "--worker-num", dest="num_env_runners", type=int, default=None,
+    resources.add_argument("--num-env-runners", "--worker-num", dest="num_env_runners", type=non_negative_int, default=None,
                            help="sampling actors (old name: num_workers); default: all cluster CPUs minus "
                                 "the algorithm/learner's one; 0 samples in the learner process")
     resources.add_argument("--num-samples", type=positive_int, default=1,
                            help="trials of the same config, each with Ray's own random seed (default: 1); each "
                                 "trial defaults to the head node's CPUs, and trials that do not fit wait: on an "
                                 "elastic cluster (--autoscale) Ray's autoscaler adds nodes for them")
-    resources.add_argument("--num-envs-per-env-runner", type=int, default=1,
+    resources.add_argument("--num-envs-per-env-runner", type=positive_int, default=1,
                            help="vectorized envs per env runner (default: %(default)s)")
-    resources.add_argument("--num-gpus", type=float, default=0.0,
+    resources.add_argument("--num-gpus", type=non_negative_float, default=0.0,
                            help="GPUs for learning: up to 1 on the local learner, N>1 as N learners of 1 GPU each "
                                 "(default: 0); shorthand for --num-learners N --num-gpus-per-learner 1")
     resources.add_argument("--num-learners", type=non_negative_int, default=None,
@@ -137,7 +147,7 @@ def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
                            help="CPUs of each learner (default: 1 for a CPU learner, 0 beside a GPU)")
     resources.add_argument("--num-gpus-per-learner", type=non_negative_float, default=None,
                            help="GPUs of each learner (default: 0)")
-    resources.add_argument("--num-cpus", type=int, default=None,
+    resources.add_argument("--num-cpus", type=positive_int, default=None,
                            help="legacy: CPUs of the local Ray started when RAY_ADDRESS is unset; "
                                 "ignored on the launcher's cluster")
     resources.add_argument("--local-mode", action="store_true",
@@ -157,7 +167,7 @@ def _add_stopping_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     checkpoints = parser.add_argument_group("checkpoints and results")
-    checkpoints.add_argument("--checkpoint-frequency", type=int, default=1,
+    checkpoints.add_argument("--checkpoint-frequency", type=non_negative_int, default=1,
                              help="checkpoint every N iterations, 0: only at the end (default: %(default)s, "
                                   "so a walltime kill loses at most the running iteration)")
     checkpoints.add_argument("--checkpoints-to-keep", type=optional_int, default=3,
@@ -181,7 +191,7 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str,
                              help="log every iteration to Weights & Biases project PROJECT, offline unless "
                                   "WANDB_MODE says otherwise (compute nodes rarely reach the internet): "
                                   "`wandb sync STORAGE_PATH/wandb/offline-run-*` from a login node uploads it")
-    checkpoints.add_argument("--stop-grace", dest="stop_grace_s", type=float, default=default_stop_grace(environ),
+    checkpoints.add_argument("--stop-grace", dest="stop_grace_s", type=positive_float, default=default_stop_grace(environ),
                              help="seconds after SIGTERM to wait for the checkpoint before exiting anyway; "
                                   "keep below the launcher's grace period (default: MPIRAY_STOP_GRACE - 2, "
                                   "else %(default)s)")
@@ -218,104 +228,11 @@ def build_evaluate_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser
                     "episodes with the trained policy and print mean/min/max return.",
     )
     parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_* dir, trial dir or experiment dir")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default: %(default)s)")
+    parser.add_argument("--episodes", type=positive_int, default=10, help="episodes to run (default: %(default)s)")
     parser.add_argument("--explore", action="store_true", help="sample actions instead of taking the greedy one")
-    parser.add_argument("--seed", type=int, default=None, help="env seed")
+    parser.add_argument("--seed", type=non_negative_int, default=None, help="env seed")
     _add_verbose_flag(parser)
     return parser
-
-
-def json_object(text: str) -> dict[str, Any]:
-    """argparse type: a JSON object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({error}): {text!r}") from error
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"key\": 1}}', got {text!r}")
-    return value
-
-
-def int_tuple(text: str) -> tuple[int, ...]:
-    """argparse type: '256,256' or '[256, 256]'."""
-    try:
-        sizes = tuple(int(part) for part in text.strip("[]() ").split(",") if part.strip())
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
-    if not sizes or min(sizes) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive layer sizes, got {text!r}")
-    return sizes
-
-
-def str_tuple(text: str) -> tuple[str, ...]:
-    """argparse type: comma-separated strings."""
-    return tuple(part.strip() for part in text.split(","))
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: a whole number of at least 0."""
-    return _int(text, 0, "0 or more")
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number above 0."""
-    value = _float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a number of at least 0."""
-    value = _float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an int of at least 1."""
-    return _int(text, 1, "at least 1")
-
-
-def _int(text: str, minimum: int, wanted: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from error
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
-    return value
-
-
-def optional_int(text: str) -> Optional[int]:
-    """argparse type: an int, or none/off."""
-    return None if text.lower() in NONE_WORDS else int(text)
-
-
-def optional_float(text: str) -> Optional[float]:
-    """argparse type: a float, or none/off."""
-    return None if text.lower() in NONE_WORDS else float(text)
-
-
-def reward_target(text: str) -> float:
-    """argparse type: a float; none/off is +inf, a target never reached."""
-    return math.inf if text.lower() in NONE_WORDS else float(text)
-
-
-def optional_str(text: str) -> Optional[str]:
-    """argparse type: a string, or none/off."""
-    return None if text.lower() in NONE_WORDS else text
 
 
 def train_options(args: argparse.Namespace) -> TrainOptions:
