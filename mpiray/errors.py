@@ -170,6 +170,26 @@ class CommandFailed(Exception):
     """A scheduler's command (sbatch, qsub, qstat, ...) failed or did not answer; the message has its words."""
 
 
+# ---- failures of one step, caught by its caller, which says what they mean (never a rank's end) --------
+
+
+class BadValue(ValueError):
+    """A value its option cannot take; the message says why, and what to give instead (values.py). The front
+    doors turn it into a ConfigError that names the option."""
+
+
+class QueryHung(Exception):
+    """A GCS query of `ray start`'s holder ran past its deadline in its thread, abandoned there (starter.py)."""
+
+
+class NoSuchJob(Exception):
+    """`mpiray logs JOB`: no job dir of that name (logs/report/jobdir.py); the message lists what there is."""
+
+
+class NoMatplotlib(Exception):
+    """`mpiray logs --png`: matplotlib is not installed (logs/report/timeline.py)."""
+
+
 def failure_classes() -> list[type[LaunchError]]:
     """Every failure class with a cause of its own (for the pre-flight's refusals by name, and the tests)."""
     found: list[type[LaunchError]] = []

@@ -20,10 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 from mpiray import values
 from mpiray.config import DEFAULT_DRIVER, Config
 from mpiray.console import close_matches, say, unknown_settings
-from mpiray.errors import ConfigError
+from mpiray.errors import BadValue, ConfigError
 from mpiray.host import sites
 from mpiray.raynode import private
-from mpiray.values import BadValue
 
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
 # these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES, RESTART,

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from mpiray.batch import environment
 from mpiray.config import parse_bounds
+from mpiray.errors import BadValue
 from mpiray.host.resources import MIN_OBJECT_STORE
 from mpiray.raynode import container as containers
 
@@ -26,10 +27,6 @@ FALSE = {"0", "false", "no", "off"}
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_SECONDS = 10**7  # ~115 days: past any batch walltime, far below what timers accept (threading.TIMEOUT_MAX)
 MAX_COUNT = 10**6  # CPUs or GPUs per node: generous oversubscription, well inside Ray's fixed-point resources
-
-
-class BadValue(ValueError):
-    """A value its option cannot take; the message says why, and what to give instead."""
 
 
 def _number(kind: type, value: Any) -> Any:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mpiray import values
+from mpiray.errors import BadValue
 from mpiray.options import OPTIONS
-from mpiray.values import BadValue
 
 TAKEN = [
     (values.seconds, "300", 300.0), (values.seconds, "0", 0.0), (values.seconds, "1e7", 1e7),

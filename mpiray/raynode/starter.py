@@ -39,6 +39,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mpiray.deadline import Deadline
+from mpiray.errors import QueryHung
 from mpiray.raynode import raycompat
 from mpiray.raynode.gcs import Gcs
 from mpiray.raynode.output import ALIVE, COMPAT, WATCH_FAILED
@@ -102,10 +103,6 @@ def load_cli(niced: bool):
     if not loaded:
         sys.exit("mpiray: cannot import Ray's CLI (see the error above): pip install 'ray[default]'")
     return loaded[0]
-
-
-class QueryHung(Exception):
-    pass
 
 
 def find_once(gcs: Gcs, name: str, temp_dir: str, hung_after: float = QUERY_TIMEOUT + HUNG_AFTER):

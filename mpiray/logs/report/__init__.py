@@ -22,9 +22,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mpiray.logs.report.jobdir import NoSuchJob, find_job_dir, read_job
+from mpiray.errors import NoMatplotlib, NoSuchJob
+from mpiray.logs.report.jobdir import find_job_dir, read_job
 from mpiray.logs.report.render import format_report
-from mpiray.logs.report.timeline import NoMatplotlib, draw_timeline
+from mpiray.logs.report.timeline import draw_timeline
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+from mpiray.errors import NoSuchJob
 from mpiray.logs.events import read_events
 from mpiray.logs.files import driver_log_path
 from mpiray.logs.report.analyse import analyse
@@ -17,10 +18,6 @@ AUTOSCALER_EVENTS = "autoscaler-rank-0000.jsonl"
 TRAINER_EVENTS = "trainer-rank-0000.jsonl"  # the trainer's (python -m train as the driver)
 TAIL_BYTES = 256 * 1024  # of each Ray log the classifier reads: the end is where a failure shows
 RAY_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
-
-
-class NoSuchJob(Exception):
-    pass
 
 
 def find_job_dir(target: str | None, log_dir: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mpiray.errors import NoMatplotlib
 from mpiray.logs.report.analyse import FAILED, NEVER_REPORTED, SEGMENTS
 
 COLOURS = {
@@ -15,10 +16,6 @@ COLOURS = {
     "stopping": "#9467bd",
 }
 ERROR_COLOUR = "#d62728"
-
-
-class NoMatplotlib(Exception):
-    pass
 
 
 def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
