@@ -115,6 +115,12 @@ class WorkersMissing(StartupTimeout):
         return "startup_timeout", self.fields
 
 
+class DriverFailed(LaunchError):
+    """The driver failed by itself: under mpiray.init(), the script could not connect to the cluster it started."""
+
+    cause = "driver_failed"
+
+
 class MpiSingletons(LaunchError):
     """The launcher started N tasks, but MPI sees a world of one in each."""
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from mpiray.errors import LaunchError
+from mpiray.errors import ConfigError, LaunchError
 from mpiray.leaders.script import ScriptLeader
 from mpiray.options import library_config
 from mpiray.rank import life, preflight
@@ -69,7 +69,7 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     """
     global _leader
     if _leader is not None:
-        raise LaunchError("mpiray.init() was called before in this process: one cluster per process")
+        raise ConfigError("mpiray.init() was called before in this process: one cluster per process")
     config = library_config(options)
     preflight.check_ray_install(config.auth)
     log = life.early_log(config) if comm is None else None  # before MPI_Init, as the command line's

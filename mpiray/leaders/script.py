@@ -17,7 +17,7 @@ import sys
 import threading
 
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import LaunchError
+from mpiray.errors import DriverFailed, StartupTimeout
 from mpiray.rank import life
 from mpiray.rank.messages import Cluster
 from mpiray.rank.signals import HANDLED, StopRequest
@@ -194,9 +194,9 @@ class ScriptLeader:
         self.me, self.cluster = me, cluster
         self.handed_over.set()
         if not poll_until(self.answered.is_set, Deadline.after(self.config.startup_timeout), 0.05, me.raise_if_stopped):
-            raise LaunchError(f"the script did not connect to the cluster within {self.config.startup_timeout:g} s")
+            raise StartupTimeout(f"the script did not connect to the cluster within {self.config.startup_timeout:g} s")
         if self.connect_error is not None:
-            raise LaunchError(f"could not connect this script to the cluster: {self.connect_error!r}")
+            raise DriverFailed(f"could not connect this script to the cluster: {self.connect_error!r}")
 
     def poll(self, timeout: float) -> int | None:
         if not self.ended.wait(timeout):
