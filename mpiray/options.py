@@ -26,14 +26,11 @@ from mpiray.raynode import private
 
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
 # these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES, RESTART,
-# TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the test
-# jobs/ scripts (SITE_MPI, TORCH, DIR); the testbeds (TESTBED_DIR, KEEP_TESTBED,
-# PBS_USER, PBS_PREFIX, PBS_TESTBED_DIR) and tests/gpu/run.sh (GPU_PYTHON).
+# TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the
+# jobs/ scripts (SITE_MPI, TORCH, DIR). The test harness's variables are MPIRAYTEST_*, outside this check.
 OTHER_VARIABLES = (
     "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP", "MPIRAY_RESTART",
     "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR",
-    "MPIRAY_TESTBED_DIR", "MPIRAY_KEEP_TESTBED", "MPIRAY_PBS_USER", "MPIRAY_PBS_PREFIX", "MPIRAY_PBS_TESTBED_DIR",
-    "MPIRAY_GPU_PYTHON",
 )
 
 

@@ -7,7 +7,7 @@
 #   4. the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the Open MPI wheel,
 #      Debian's MPICH; each built once into .envs/ and kept), then the PBS tier in .envs/pbs (and its
 #      3-host job again with Open MPI, .envs/pbs-openmpi) on the 3-host PBS testbed: only where an
-#      OpenPBS 23.06 or PBS Professional is installed (MPIRAY_PBS_PREFIX, default /opt/pbs) and this is
+#      OpenPBS 23.06 or PBS Professional is installed (MPIRAYTEST_PBS_PREFIX, default /opt/pbs) and this is
 #      root; elsewhere one line says it is skipped and why, and its environments are not built
 #   bash tests/run.sh                  # all of it, as CI runs it
 #   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. -m "not slow and not slurm and not train and not pbs"
@@ -32,8 +32,8 @@ echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 # joining job of another Ray, the spill dir on the oldest Ray), then it runs its own smoke set below.
 bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
-keep_testbed=${MPIRAY_KEEP_TESTBED:-0}
-MPIRAY_KEEP_TESTBED=1 .venv/bin/python -m pytest -m "(slow or slurm or train) and not pbs" ||
+keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest -m "(slow or slurm or train) and not pbs" ||
   status=$((status ? status : $?))
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to
@@ -49,7 +49,7 @@ for name in "${extra_envs[@]}"; do
   case "$name" in system-mpich | pbs-openmpi) keep=$keep_testbed ;; *) keep=1 ;; esac
   started=$SECONDS
   echo "tests/run.sh: the smoke set on $name (bash tests/envs.sh $name)" >&2
-  MPIRAY_KEEP_TESTBED=$keep bash tests/envs.sh "$name" || status=$((status ? status : $?))
+  MPIRAYTEST_KEEP_TESTBED=$keep bash tests/envs.sh "$name" || status=$((status ? status : $?))
   echo "tests/run.sh: $name took $((SECONDS - started)) s" >&2
 done
 [ -z "$pbs_skipped" ] || echo "tests/run.sh: the PBS tier is skipped: $pbs_skipped" >&2

@@ -2,7 +2,7 @@
 looked for (tests/pbs/testbed.py available: the one decision tests/run.sh, tests/envs.sh and the fixture
 share), and nothing is built or installed for it; where one is, the testbed installs only the packages
 it needs to run, and the job user. The machine's own PBS, if any, is never looked at (each test points
-MPIRAY_PBS_PREFIX or testbed.PBS_EXEC at a directory of its own), and apt-get, dpkg-query, useradd and id
+MPIRAYTEST_PBS_PREFIX or testbed.PBS_EXEC at a directory of its own), and apt-get, dpkg-query, useradd and id
 are fakes that log."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def without_pbs(prefix: Path, bin_dir: Path | None = None) -> dict[str, str]:
 
 def test_an_installed_pbs_is_known_by_the_files_the_testbed_runs(tmp_path):
     assert testbed.not_installed_reason(tmp_path) == (
-        f"{NEEDS} {tmp_path} (MPIRAY_PBS_PREFIX, default /opt/pbs): none there")
+        f"{NEEDS} {tmp_path} (MPIRAYTEST_PBS_PREFIX, default /opt/pbs): none there")
     for name in testbed.INSTALLED_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).touch()
@@ -53,7 +53,7 @@ def test_available_says_in_one_line_what_is_missing_and_where_it_looked(tmp_path
     result = subprocess.run([sys.executable, "tests/pbs/testbed.py", "available"], cwd=ROOT, capture_output=True,
                             text=True, timeout=TIMEOUT_S, env=without_pbs(tmp_path / "pbs"))
     assert result.returncode == 1
-    assert result.stdout.splitlines() == [f"{NEEDS} {tmp_path / 'pbs'} (MPIRAY_PBS_PREFIX, default /opt/pbs): none there"]
+    assert result.stdout.splitlines() == [f"{NEEDS} {tmp_path / 'pbs'} (MPIRAYTEST_PBS_PREFIX, default /opt/pbs): none there"]
 
 
 def test_the_pbs_environments_are_neither_built_nor_installed_for(tmp_path):
@@ -63,7 +63,7 @@ def test_the_pbs_environments_are_neither_built_nor_installed_for(tmp_path):
                                 timeout=TIMEOUT_S, env=without_pbs(tmp_path / "pbs", tmp_path / "bin"))
         assert result.returncode == 0, result.stderr
         assert result.stderr.splitlines() == [f"tests/envs.sh: skipping {name}: {NEEDS} {tmp_path / 'pbs'} "
-                                              f"(MPIRAY_PBS_PREFIX, default /opt/pbs): none there"]
+                                              f"(MPIRAYTEST_PBS_PREFIX, default /opt/pbs): none there"]
     assert not ran.exists(), ran.read_text()
 
 
@@ -75,7 +75,7 @@ def test_the_pbs_tests_skip_with_that_line(tmp_path):
                             env=without_pbs(tmp_path / "pbs", tmp_path / "bin"))
     assert result.returncode == 0, result.stdout[-3000:]
     (skipped,) = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert skipped.endswith(f": {NEEDS} {tmp_path / 'pbs'} (MPIRAY_PBS_PREFIX, default /opt/pbs): none there")
+    assert skipped.endswith(f": {NEEDS} {tmp_path / 'pbs'} (MPIRAYTEST_PBS_PREFIX, default /opt/pbs): none there")
     assert "1 skipped" in result.stdout and not ran.exists()
 
 

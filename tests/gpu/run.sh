@@ -7,7 +7,7 @@
 #    (tests/drivers/gpu_holders.py, the driver of the faked-count tests in tests/gpu_vendors/);
 # 3. PPO with N GPU learners over NCCL (N = the GPUs, at most 4), 3 iterations: '[train] learners: N on ...';
 # 4. nothing of the runs is left (every PID the ranks logged is gone).
-# Set-up: MPIRAY_GPU_PYTHON names a Python that already has Ray 2.52-2.60 with RLlib, a CUDA torch, gymnasium,
+# Set-up: MPIRAYTEST_GPU_PYTHON names a Python that already has Ray 2.52-2.60 with RLlib, a CUDA torch, gymnasium,
 # mpi4py and an MPI (a site's module, a container); without it, .venv-gpu is made with pip (needs PyPI: PyPI's
 # default torch for Linux is a CUDA build).
 set -euo pipefail
@@ -16,7 +16,7 @@ OUT=${OUT:-/tmp/mpiray-gpu}
 mkdir -p "$OUT"
 report=$OUT/gpu_report.md
 started=$SECONDS
-python=${MPIRAY_GPU_PYTHON:-}
+python=${MPIRAYTEST_GPU_PYTHON:-}
 if [ -z "$python" ]; then
   [ -x .venv-gpu/bin/python ] || python3 -m venv .venv-gpu
   .venv-gpu/bin/python -m pip install -q "ray[default,rllib]>=2.52,<2.61" torch "gymnasium>=1.0" "mpi4py>=4.0" mpich \

@@ -41,7 +41,7 @@ def user_cannot_run_reason(user: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def pbs_testbed():
-    """The running testbed (a testbed.Testbed); left up at the end if MPIRAY_KEEP_TESTBED=1. Skipped, in one
+    """The running testbed (a testbed.Testbed); left up at the end if MPIRAYTEST_KEEP_TESTBED=1. Skipped, in one
     line that says why, where no PBS is installed (testbed.unavailable_reason, as tests/run.sh decides)."""
     reason = testbed.unavailable_reason()
     if reason is not None:

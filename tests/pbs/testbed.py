@@ -9,10 +9,10 @@ the CPUs, like the nodes of a shared HPC machine, and this testbed can be up bes
     python tests/pbs/testbed.py up | down | status | env | available
 
 Needs root, network namespaces, and an OpenPBS 23.06 or PBS Professional already installed on the machine
-under MPIRAY_PBS_PREFIX (default /opt/pbs): the project holds no PBS and builds none. `available` says
+under MPIRAYTEST_PBS_PREFIX (default /opt/pbs): the project holds no PBS and builds none. `available` says
 whether the testbed can run here, and if not why, in one line (exit 1): tests/run.sh, tests/envs.sh and the
 tests' fixture decide by it. PBS runs no job of root: jobs are submitted as an ordinary user
-(MPIRAY_PBS_USER, default mpiraypbs), made by `up` if missing.
+(MPIRAYTEST_PBS_USER, default mpiraypbs), made by `up` if missing.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ from netns import (  # noqa: E402
 )
 from netns import unavailable_reason as _unavailable  # noqa: E402
 
-STATE_DIR_ENV = "MPIRAY_PBS_TESTBED_DIR"
-KEEP_ENV = "MPIRAY_KEEP_TESTBED"
-USER_ENV = "MPIRAY_PBS_USER"
+STATE_DIR_ENV = "MPIRAYTEST_PBS_TESTBED_DIR"
+KEEP_ENV = "MPIRAYTEST_KEEP_TESTBED"
+USER_ENV = "MPIRAYTEST_PBS_USER"
 # Not below /tmp: PBS refuses a PBS_HOME whose path passes a directory others may write ("Security violation").
 DEFAULT_STATE_DIR = Path("/var/spool/mpiray-pbs")
 MARKER_FILE = ".mpiray-pbs-testbed"  # down() deletes only a state dir that holds it
-PREFIX_ENV = "MPIRAY_PBS_PREFIX"
+PREFIX_ENV = "MPIRAYTEST_PBS_PREFIX"
 DEFAULT_PREFIX = Path("/opt/pbs")
 PBS_EXEC = Path(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)  # where PBS is installed: /etc/pbs.conf's PBS_EXEC
 # What the testbed runs of an installed PBS: the server side through PBS's init script (server, scheduler,

@@ -25,7 +25,7 @@ GONE_TIMEOUT_S = testbed.KILL_WAIT_S + 50
 
 @pytest.fixture(scope="session")
 def slurm_testbed():
-    """The running testbed (a testbed.Testbed); left up at the end if MPIRAY_KEEP_TESTBED=1."""
+    """The running testbed (a testbed.Testbed); left up at the end if MPIRAYTEST_KEEP_TESTBED=1."""
     reason = testbed.unavailable_reason()
     if reason is not None:
         pytest.skip(reason)

@@ -48,8 +48,8 @@ from netns import (  # noqa: E402
 )
 from netns import unavailable_reason as _unavailable  # noqa: E402
 
-STATE_DIR_ENV = "MPIRAY_TESTBED_DIR"
-KEEP_ENV = "MPIRAY_KEEP_TESTBED"
+STATE_DIR_ENV = "MPIRAYTEST_TESTBED_DIR"
+KEEP_ENV = "MPIRAYTEST_KEEP_TESTBED"
 DEFAULT_STATE_DIR = Path("/tmp/mpiray-slurm")
 # Marks a state directory as ours, so that down() never deletes a directory it did not make.
 MARKER_FILE = ".mpiray-testbed"
