@@ -28,6 +28,16 @@ def _ranges(ranks: Sequence[int]) -> str:
 
 def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) -> str:
     """The report as the terminal shows it."""
+    out = _header(report) + [""] + _cluster_table(report) + [""] + _phases(report) + [""]
+    out += _first_error(report) + _never_reported(report, never_limit) + _notes(report)
+    out += _elastic(report)
+    out += _causes(report["causes"])
+    out += _manifests(report["manifests"], manifest_limit)
+    return "\n".join(out)
+
+
+def _header(report: dict) -> list[str]:
+    """The job, its hosts and exit code; where its logs are; its batch job and learners."""
     out = []
     hosts = report["hosts"]
     code = report["exit_code"]
@@ -49,7 +59,12 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
     for placed in report.get("learners", []):
         out.append(f"trial {placed.get('trial')}: learners: {placed.get('count')} on {placed.get('nodes')} nodes: "
                    f"{placed.get('addresses')}")
-    out.append("")
+    return out
+
+
+def _cluster_table(report: dict) -> list[str]:
+    """One row per rank: host, address, resources, when it joined, its status and exit code."""
+    out = []
     rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
     for e in report["cluster"]:
         rows.append((str(e["rank"]), e["host"] or "?", e["ip"] or "-", e["resources_text"] or "-",
@@ -59,47 +74,60 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
         cells = [row[0].rjust(widths[0])] + [c.ljust(w) for c, w in zip(row[1:4], widths[1:4])]
         cells += [row[4].rjust(widths[4]), row[5].ljust(widths[5]), row[6].rjust(widths[6])]
         out.append("  " + "  ".join(cells).rstrip())
-    out.append("")
-    out.append("phases (s after the first event; the rank that logged it, last of all where many did):")
+    return out
+
+
+def _phases(report: dict) -> list[str]:
+    out = ["phases (s after the first event; the rank that logged it, last of all where many did):"]
     width = len(f"rank {report['ranks'] - 1}")
     for p in report["phases"]:
         line = f"  {p['phase']:<13} {_seconds(p['s']):>8}"
         if p["s"] is not None:
             line += f"  {'rank ' + str(p['rank']) if p['rank'] is not None else '':<{width}}  {_short(p['detail'], 100)}"
         out.append(line.rstrip())
-    out.append("")
+    return out
+
+
+def _first_error(report: dict) -> list[str]:
     error = report["first_error"]
-    if error:
-        via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
-        out.append(f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} "
-                   f"(log: {error['log']})")
-        out.append(f"  {_short(error['message'])}")
-    else:
-        out.append("first error: none")
+    if not error:
+        return ["first error: none"]
+    via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
+    return [f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} "
+            f"(log: {error['log']})", f"  {_short(error['message'])}"]
+
+
+def _never_reported(report: dict, never_limit: int) -> list[str]:
+    """The ranks that never said they joined, grouped by why (at most never_limit groups)."""
     never = report["never_reported"]
-    if never:
-        out.append(f"never reported (no join line): {len(never)} rank{'s' * (len(never) != 1)}")
-        groups = _never_groups(never)
-        for key, members in groups[:never_limit]:
-            ranks = [n["rank"] for n in members]
-            hosts = sorted({n["host"] for n in members if n["host"]})
-            where = f" on {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}" if hosts else ""
-            example = members[0]
-            if example["why"] in ("no log", "empty log"):
-                out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example['why']}")
-                continue
-            at = f"at {_seconds(example['s'])} s"
-            if example["why"] != "failed":
-                what = f"{key}; rank {example['rank']}'s {example['detail'].replace(': ', f' {at}: ', 1)}"
-            elif len(members) > 1:
-                what = f"{key} (e.g. rank {example['rank']} {at})"
-            else:
-                what = f"failed {at}: {example['detail']}"
-            out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {_short(what, 220)}")
-        if len(groups) > never_limit:
-            out.append(f"  ... and {len(groups) - never_limit} more kinds (see --json)")
-    else:
-        out.append("never reported: none")
+    if not never:
+        return ["never reported: none"]
+    out = [f"never reported (no join line): {len(never)} rank{'s' * (len(never) != 1)}"]
+    groups = _never_groups(never)
+    for key, members in groups[:never_limit]:
+        ranks = [n["rank"] for n in members]
+        hosts = sorted({n["host"] for n in members if n["host"]})
+        where = f" on {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}" if hosts else ""
+        example = members[0]
+        if example["why"] in ("no log", "empty log"):
+            out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example['why']}")
+            continue
+        at = f"at {_seconds(example['s'])} s"
+        if example["why"] != "failed":
+            what = f"{key}; rank {example['rank']}'s {example['detail'].replace(': ', f' {at}: ', 1)}"
+        elif len(members) > 1:
+            what = f"{key} (e.g. rank {example['rank']} {at})"
+        else:
+            what = f"failed {at}: {example['detail']}"
+        out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {_short(what, 220)}")
+    if len(groups) > never_limit:
+        out.append(f"  ... and {len(groups) - never_limit} more kinds (see --json)")
+    return out
+
+
+def _notes(report: dict) -> list[str]:
+    """Ranks with no exit line, joins tried again, the first warning, lost nodes."""
+    out = []
     unfinished = report["unfinished"]
     if unfinished:
         out.append(f"no exit line (killed, or still running): rank{'s' * (len(unfinished) != 1)} {_ranges(unfinished)}"
@@ -116,10 +144,7 @@ def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) 
                    f"{_short(first['message'], 160)}")
     for lost in report["lost_nodes"][:10]:
         out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
-    out += _elastic(report)
-    out += _causes(report["causes"])
-    out += _manifests(report["manifests"], manifest_limit)
-    return "\n".join(out)
+    return out
 
 
 def _elastic(report: dict, decisions_limit: int = 40) -> list[str]:
