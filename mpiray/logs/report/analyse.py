@@ -32,23 +32,12 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     least until their last line, and its guards wrote there when they died, so their last state is
     drawn on until then, hatched.
     """
-    facts = {rank: rank_facts(rank, records, path) for rank, (path, records) in logs.items()}
+    facts = _this_runs_facts(logs)
     head = facts.get(0)
-    # A worker's log whose last line is older than rank 0's first is an earlier run's (a re-used job id).
-    if head is not None and head.first is not None:
-        stale = [r for r, f in facts.items() if r and f.last is not None and f.last < head.first]
-        for rank in stale:
-            facts[rank] = RankFacts(rank=rank, log=facts[rank].log)
-    sizes = [f.size for f in facts.values() if f.size]
-    size = (head.size if head and head.size else max(sizes, default=0)) or (max(facts, default=-1) + 1)
-    size = max(size, max(facts, default=-1) + 1)
+    size = _size(facts, head)
     peers = head.peers if head else {}
     t0 = min((f.first for f in facts.values() if f.first is not None), default=None)
-    joins, autoscaler = joins or {}, autoscaler or []
-    # A --dry-run --join logs where the join would, but its nodes were only planned: no job joined.
-    planned = sorted(job for job, ranks in joins.items()
-                     if any(r["event"] == "dry_run_node" for _, records in ranks.values() for r in records))
-    joins = {job: ranks for job, ranks in joins.items() if job not in planned}
+    trainer = trainer or []
 
     def rel(time: float | None) -> float | None:
         return None if time is None or t0 is None else round(time - t0, 3)
@@ -56,34 +45,17 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     head_alive = head.joined if head else None
     ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
     unfinished = [entry for entry in ranks if entry["has_log"] and entry["exit_code"] is None]
-    changed_s = rel(changed) if unfinished else None
-    for entry in unfinished:
-        entry["logged_until_s"] = entry["last_s"]
-        if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
-            entry["segments"][-1][2] = changed_s
-    for time, rank, _, _, message, cause in head.job_errors if head else ():
-        if rank != 0 and rank < size and not ranks[rank]["error"]:  # its own log does not say: rank 0's word
-            ranks[rank].update(status=FAILED, error=message, error_s=rel(time), cause=cause)
-    phases = _phases(head, ranks, facts, rel)
+    changed_s = _drawn_until(unfinished, rel(changed)) if unfinished else None
+    _relay_job_errors(head, ranks, size, rel)
     first_error = _first_error(facts, rel)
     if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
         first_error["log"] = ranks[first_error["rank"]]["log"]
-    never = [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
-             if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None]
-    exit_codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
-    hosts = sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural)
-    exit_code = head.exit_code if head and head.exit_code is not None else (
-        next(iter(exit_codes)) if len(exit_codes) == 1 else None)
-    causes = classify(ranks, facts, ray_logs or {}, exit_code, head.driver_code if head else None)
-    trainer = trainer or []
-    lost = [record["fields"] for record in trainer if record["event"] == "learner_node_lost"]
-    if lost and exit_code not in (0, None):  # the driver's failure, and what it failed of
-        causes = [learner_cause(lost)] + [c for c in causes if c["cause"] != "driver_failed"]
+    exit_code = _exit_code(head, ranks)
     return {
         "job_id": job_id,
         "job_dir": job_dir,
         "ranks": size,
-        "hosts": hosts,
+        "hosts": sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural),
         "started": None if t0 is None else _stamp(t0),
         "exit_code": exit_code,
         "driver": head.driver if head else "",
@@ -91,20 +63,94 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         "batch_job": head.batch_job if head else None,
         "earlier_runs": max((f.earlier_runs for f in facts.values()), default=0),
         "cluster": ranks,
-        "phases": phases,
+        "phases": _phases(head, ranks, facts, rel),
         "first_error": first_error,
-        "never_reported": never,
+        "never_reported": [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
+                           if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None],
         "unfinished": [entry["rank"] for entry in unfinished],
         "job_dir_changed_s": changed_s,
+        **_notices(facts, rel),
+        "causes": _job_causes(ranks, facts, ray_logs or {}, exit_code, head, trainer),
+        "learners": [record["fields"] for record in trainer if record["event"] == "learners_placed"],
+        "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
+        **_elastic_report(logs, joins or {}, autoscaler or [], rel),
+    }
+
+
+def _this_runs_facts(logs: Mapping[int, tuple[str, list[dict]]]) -> dict[int, RankFacts]:
+    """Each rank's facts; a worker's log whose last line is older than rank 0's first is an earlier run's (a
+    re-used job id): that rank has none."""
+    facts = {rank: rank_facts(rank, records, path) for rank, (path, records) in logs.items()}
+    head = facts.get(0)
+    if head is not None and head.first is not None:
+        stale = [r for r, f in facts.items() if r and f.last is not None and f.last < head.first]
+        for rank in stale:
+            facts[rank] = RankFacts(rank=rank, log=facts[rank].log)
+    return facts
+
+
+def _size(facts: Mapping[int, RankFacts], head: RankFacts | None) -> int:
+    """The job's ranks: rank 0's "rank 0 of N", else the largest any rank said, and never fewer than the logs."""
+    sizes = [f.size for f in facts.values() if f.size]
+    size = (head.size if head and head.size else max(sizes, default=0)) or (max(facts, default=-1) + 1)
+    return max(size, max(facts, default=-1) + 1)
+
+
+def _drawn_until(unfinished: list[dict], changed_s: float | None) -> float | None:
+    """Ranks with no exit line lived at least until the job dir last changed: their last segment goes on to
+    then; returns that time."""
+    for entry in unfinished:
+        entry["logged_until_s"] = entry["last_s"]
+        if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
+            entry["segments"][-1][2] = changed_s
+    return changed_s
+
+
+def _relay_job_errors(head: RankFacts | None, ranks: list[dict], size: int, rel: Callable) -> None:
+    """A worker whose own log does not say it failed, where rank 0's does: rank 0's word."""
+    for time, rank, _, _, message, cause in head.job_errors if head else ():
+        if rank != 0 and rank < size and not ranks[rank]["error"]:
+            ranks[rank].update(status=FAILED, error=message, error_s=rel(time), cause=cause)
+
+
+def _exit_code(head: RankFacts | None, ranks: list[dict]) -> int | None:
+    """Rank 0's exit code, else the one code every rank that exited gave, else unknown."""
+    if head and head.exit_code is not None:
+        return head.exit_code
+    codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
+    return next(iter(codes)) if len(codes) == 1 else None
+
+
+def _job_causes(ranks: list[dict], facts: Mapping[int, RankFacts], ray_logs: Callable[[int], str] | Mapping[int, str],
+                exit_code: int | None, head: RankFacts | None, trainer: list[dict]) -> list[dict]:
+    """classify.py's causes; a failed driver whose trainer lost a learner's node failed of that."""
+    causes = classify(ranks, facts, ray_logs, exit_code, head.driver_code if head else None)
+    lost = [record["fields"] for record in trainer if record["event"] == "learner_node_lost"]
+    if lost and exit_code not in (0, None):
+        causes = [learner_cause(lost)] + [c for c in causes if c["cause"] != "driver_failed"]
+    return causes
+
+
+def _notices(facts: Mapping[int, RankFacts], rel: Callable) -> dict:
+    """Every rank's warnings and the nodes they saw lost, in time order."""
+    return {
         "warnings": sorted(
             ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
             key=lambda w: w["s"],
         ),
         "lost_nodes": sorted(({"rank": rank, "s": rel(time), "reported_by": f.rank, "message": message}
                               for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
-        "causes": causes,
-        "learners": [record["fields"] for record in trainer if record["event"] == "learners_placed"],
-        "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
+    }
+
+
+def _elastic_report(logs: Mapping[int, tuple[str, list[dict]]], joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]],
+                    autoscaler: list[dict], rel: Callable) -> dict:
+    """The jobs that joined (a --dry-run --join's only planned: its nodes never ran), the autoscaler's
+    decisions, and the cluster's nodes over time where either grew it."""
+    planned = sorted(job for job, ranks in joins.items()
+                     if any(r["event"] == "dry_run_node" for _, records in ranks.values() for r in records))
+    joins = {job: ranks for job, ranks in joins.items() if job not in planned}
+    return {
         "joined_jobs": elastic.joined_jobs(joins, rel),
         "planned_joins": planned,
         "autoscaler": elastic.decisions(autoscaler, rel),
