@@ -22,10 +22,7 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     """One horizontal bar per rank (segments in COLOURS), the phases as dotted lines; returns (width, height) in pixels."""
     try:
         # A Figure without pyplot: drawn by Agg into the file, no window, no global backend switch.
-        from matplotlib.artist import Artist
         from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
     except ImportError as error:
         raise NoMatplotlib(f"--png needs matplotlib ({error}): pip install matplotlib") from None
 
@@ -45,32 +42,10 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
     ax = fig.add_subplot(grid[0])
     times = [s[2] for e in ranks for s in e["segments"]] + [p["s"] for p in report["phases"] if p["s"] is not None]
     end = max(times + [1.0])
-    used = set()
+    used: set[str] = set()
     for e in ranks:
-        y = e["rank"]
-        if e["status"] in (FAILED, NEVER_REPORTED):  # a light red row: found at a glance among 1000
-            ax.axhspan(y - 0.5, y + 0.5, color=ERROR_COLOUR, alpha=0.12, linewidth=0, zorder=0)
-        for kind, start, stop in e["segments"]:
-            used.add(kind)
-            logged = stop if e["logged_until_s"] is None else min(stop, max(start, e["logged_until_s"]))
-            ax.barh(y, max(logged - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
-            if stop > logged:  # no line after its last one: it was killed somewhen up to here
-                ax.barh(y, stop - logged, left=logged, height=0.72, color=COLOURS[kind], alpha=0.35,
-                        hatch="///", edgecolor="white", linewidth=0)
-        for failed_at in (e["error_s"], e["job_error_s"]):
-            if failed_at is not None:
-                ax.plot([failed_at], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
-                        markeredgecolor="white", markeredgewidth=0.8, linestyle="none", zorder=5)
-        if not many and not e["has_log"]:
-            ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
-        elif not many and e["exit_code"] is None and e["segments"]:
-            ax.text(e["segments"][-1][2] + end * 0.006, y, "no exit line", va="center", fontsize=8, color="#333333")
-    phases = [p for p in report["phases"] if p["s"] is not None]
-    for index, p in enumerate(sorted(phases, key=lambda p: p["s"])):
-        ax.axvline(p["s"], color="#444444", linestyle=":", linewidth=1, zorder=4)
-        ax.annotate(f"{p['phase']} {p['s']:.1f}s", (p["s"], 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(0, 3 + 11 * (index % 3)), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=7.5, color="#222222")
+        _draw_rank(ax, e, end, many, used)
+    _draw_phases(ax, report["phases"])
     ax.set_ylim(count - 0.5, -0.5)
     ticks = [e["rank"] for e in ranks][:: max(1, count // 40)]
     ax.set_yticks(ticks)
@@ -88,6 +63,50 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
         f"exit code {code if code is not None else 'unknown (no exit line)'}",
         y=1 - 0.15 / height, va="top", fontsize=11,
     )
+    _legend(fig, report, ranks, used, height)
+    fig.savefig(path)
+    return round(width * 100), round(height * 100)
+
+
+def _draw_rank(ax, e: dict, end: float, many: bool, used: set[str]) -> None:
+    """One rank's row: its segments (hatched after its last line), its errors, and a note where it has no log or
+    no exit line."""
+    y = e["rank"]
+    if e["status"] in (FAILED, NEVER_REPORTED):  # a light red row: found at a glance among 1000
+        ax.axhspan(y - 0.5, y + 0.5, color=ERROR_COLOUR, alpha=0.12, linewidth=0, zorder=0)
+    for kind, start, stop in e["segments"]:
+        used.add(kind)
+        logged = stop if e["logged_until_s"] is None else min(stop, max(start, e["logged_until_s"]))
+        ax.barh(y, max(logged - start, end * 0.002), left=start, height=0.72, color=COLOURS[kind], linewidth=0)
+        if stop > logged:  # no line after its last one: it was killed somewhen up to here
+            ax.barh(y, stop - logged, left=logged, height=0.72, color=COLOURS[kind], alpha=0.35,
+                    hatch="///", edgecolor="white", linewidth=0)
+    for failed_at in (e["error_s"], e["job_error_s"]):
+        if failed_at is not None:
+            ax.plot([failed_at], [y], marker="X", markersize=4 if many else 10, color=ERROR_COLOUR,
+                    markeredgecolor="white", markeredgewidth=0.8, linestyle="none", zorder=5)
+    if not many and not e["has_log"]:
+        ax.text(end * 0.01, y, "no log", va="center", fontsize=8, color=ERROR_COLOUR)
+    elif not many and e["exit_code"] is None and e["segments"]:
+        ax.text(e["segments"][-1][2] + end * 0.006, y, "no exit line", va="center", fontsize=8, color="#333333")
+
+
+def _draw_phases(ax, phases: list[dict]) -> None:
+    """Each start-up phase as a dotted line, named above the chart."""
+    phases = [p for p in phases if p["s"] is not None]
+    for index, p in enumerate(sorted(phases, key=lambda p: p["s"])):
+        ax.axvline(p["s"], color="#444444", linestyle=":", linewidth=1, zorder=4)
+        ax.annotate(f"{p['phase']} {p['s']:.1f}s", (p["s"], 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 3 + 11 * (index % 3)), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7.5, color="#222222")
+
+
+def _legend(fig, report: dict, ranks: list[dict], used: set[str], height: float) -> None:
+    """The segments' colours, and the marks only where the chart has them."""
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles: list[Artist] = [Patch(color=COLOURS[k], label=k) for k in SEGMENTS if k in used or k != "idle"]
     if any(e["error_s"] is not None or e["job_error_s"] is not None for e in ranks):
         handles.append(Line2D([], [], marker="X", color=ERROR_COLOUR, linestyle="none", markersize=8, label="error"))
@@ -98,8 +117,6 @@ def draw_timeline(report: dict, path: Path) -> tuple[int, int]:
         handles.append(Patch(color=ERROR_COLOUR, alpha=0.12, label="failed / never reported"))
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / height), ncol=len(handles),
                frameon=False, fontsize=9)
-    fig.savefig(path)
-    return round(width * 100), round(height * 100)
 
 
 def joined_rows(report: dict, first: int) -> list[dict]:
