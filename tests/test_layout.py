@@ -142,3 +142,11 @@ def test_the_trainer_uses_mpirays_front_door_only():
                    for target, _ in imports(module_name(path), path, known)})
     assert {target for _, target in used} <= {"mpiray", "mpiray.driver"}, used
     assert ("train.cluster", "mpiray.driver") in used  # the test reads train/ at all
+
+
+def test_no_function_of_the_package_is_over_60_lines():
+    """A function a newcomer reads in one screen; a longer one is cut into named steps."""
+    long = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert long == []
