@@ -135,7 +135,7 @@ class ScriptLeader:
         """Start the agent and wait until the cluster is up: the cluster (messages.Cluster), or None if it
         did not start (the agent has then torn it down)."""
         self.signals.install()
-        self.main = threading.main_thread().ident
+        self.main = threading.main_thread().ident or 0  # a running thread always has one
         self.agent.start()
         self.handed_over.wait()  # the agent's waits all have deadlines; it sets this however it ends
         if self.cluster is None:
