@@ -179,3 +179,28 @@ def test_warnings_and_errors_with_tracebacks_read_in_one_line():
     assert "  unexpected failure: RuntimeError: boom" in text
     assert "joins tried again: rank 1 (2 attempts)" in text
     assert "warnings: 2; first: rank 1 at 1.50 s: `ray start` exited with code 1" in text
+
+
+# `mpiray logs --json` is a promise to scripts: its keys change only with this table (and docs/logs.md).
+JSON_KEYS = {
+    "report": {"autoscaler", "batch_job", "causes", "cluster", "driver", "driver_exit_code", "earlier_runs",
+               "exit_code", "first_error", "hosts", "job_dir", "job_dir_changed_s", "job_id", "joined_jobs",
+               "learners", "lost_nodes", "manifests", "never_reported", "nodes_over_time", "phases", "planned_joins",
+               "ranks", "started", "unfinished", "warnings"},
+    "cluster": {"cause", "error", "error_s", "exit_code", "first_s", "has_log", "host", "ip", "job_error_s",
+                "join_attempts", "join_slot_s", "joined_s", "last_s", "last_step", "launched_s", "log",
+                "logged_until_s", "mpi_ready_s", "pid", "rank", "resources", "resources_text", "segments", "status",
+                "stopped"},
+    "phases": {"detail", "phase", "rank", "s"},
+    "causes": {"cause", "evidence", "fix", "note", "ranks", "title"},
+    "first_error": {"cause", "host", "log", "message", "rank", "reported_by", "s"},
+    "never_reported": {"detail", "host", "log", "rank", "s", "why"},
+}
+
+
+def test_the_json_report_keeps_its_keys():
+    report = analyse(FAILED_RANK0, FAILED_RANK1)
+    assert set(report) == JSON_KEYS["report"]
+    for part in ("cluster", "phases", "causes", "never_reported"):
+        assert report[part] and all(set(entry) == JSON_KEYS[part] for entry in report[part]), part
+    assert set(report["first_error"]) == JSON_KEYS["first_error"]
