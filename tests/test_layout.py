@@ -33,6 +33,7 @@ DEFERRED = {
     ("mpiray.rank.head", "mpiray.elastic.autoscale"): "an elastic cluster's alone",
     ("mpiray.rank.head", "mpiray.elastic.registry"): "a running cluster's rank 0 alone (not its workers, not a dry run)",
     ("mpiray.rank.head", "mpiray.elastic.info"): "a running cluster's rank 0 alone: cluster_info.json",
+    ("mpiray.rank.zero", "mpiray.elastic.info"): "a running cluster's rank 0 alone: its nodes for Prometheus",
     ("mpiray.rank.batchjob", "mpiray.batch.pbs"): "a PBS job's rank 0 alone",
     ("mpiray.rank.life", "mpiray.rank.joiner"): "a joining job's rank 0 alone",
     ("mpiray.cli", "mpiray.leaders.stay"): "a joining job's rank 0 alone",

@@ -20,38 +20,28 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Container
+from typing import TYPE_CHECKING
 
 from mpiray import package
 from mpiray.batch import environment
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import PortInUse, StartupTimeout, WorkerFailed, WorkersMissing
+from mpiray.errors import PortInUse, StartupTimeout
 from mpiray.host import network
-from mpiray.logs import progress
 from mpiray.rank import preflight
-from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import (
-    CONTROL,
     DRAINING,
-    JOIN,
-    REPORT,
     SESSION,
     SETTLED,
     STOPPED,
     Cluster,
-    Hello,
-    Report,
     Session,
-    print_summary,
-    resource_fields,
     versions,
 )
-from mpiray.rank.ownnode import dashboard_listen, driver_gpu_variables, log_context, start_node
-from mpiray.rank.slots import Joins, JoinWindow
+from mpiray.rank.ownnode import dashboard_listen, log_context, start_node
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
+from mpiray.rank.zero import RankZero
 from mpiray.raynode.commands import LOOPBACK, head_ports
 from mpiray.raynode.gcs import NodeInfo
 
@@ -66,145 +56,6 @@ DRAIN_WAIT = 20.0
 # How long Ray's libraries get to see the drain before the driver's SIGTERM, where mpiray picks the moment (the walltime
 # margin, --time-limit): one look of Ray Train's PreemptionWatcher (every 5 s), inside the margin's WALLTIME_TEARDOWN.
 DRAIN_NOTICE = 6.0
-
-
-class RankZero:
-    """What rank 0 does whoever's cluster its job's nodes make: its own node up (start_own, the subclass's),
-    join slots handed out, every worker's report collected, the exit code sent. Head (a cluster of this job's
-    own) and joiner.Joiner (this job's nodes in another's cluster) supply the rest."""
-
-    own_alive_event = ""  # the event that says this rank's own node is ALIVE
-
-    def __init__(self, me: Rank):
-        self.me = me
-        self.hellos: dict[int, Hello] = {}  # each worker's HELLO (preflight.py)
-        self.batch_job = BatchJob()  # its end and restart, read once the cluster is up (none in a dry run)
-        self.node_ranks: set[int] = set()  # the workers that run a Ray node
-        self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting (SETTLED)
-        self.targets_file: Path | None = None  # this job's nodes for Prometheus, while they run (publish_targets)
-        self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
-
-    def start_own(self) -> NodeInfo:
-        """This rank's own node ALIVE, the session sent to every worker on the way."""
-        raise NotImplementedError
-
-    def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
-        """The cluster is up (not a planned one): say so where others look (the registry)."""
-        raise NotImplementedError
-
-    def drain(self, seconds: float, why: str) -> bool:
-        """Tell Ray that this job's nodes go in `seconds`, before anything is stopped; whether Ray heard it. A
-        joined job's nodes: each `ray start` drains its own node when teardown stops it (Ray 2.57+)."""
-        return False
-
-    def lead(self) -> Cluster:
-        """The cluster up: this rank's own node first (start_own), then every worker's report."""
-        me, config = self.me, self.me.config
-        own = self.start_own()
-        me.log.event(self.own_alive_event, gcs_address=me.current_session.gcs_address, ip=own.ip, node_id=own.node_id,
-                     **resource_fields(own.resources))
-        if me.node is not None:
-            me.log.event("node_pids", pids=me.ray_node.pids())
-
-        live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
-        me.log.listeners.append(live.on_event)
-        try:
-            reports = self.collect_reports(own, Joins(list(range(1, me.comm.size)), JoinWindow(config.join_window)),
-                                           live)
-        finally:
-            me.log.listeners.remove(live.on_event)
-            live.close()
-        nodes = tuple(r for r in reports if r.node_id)
-        cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir),
-                          str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
-                          str(me.ray_node.private.path) if me.node else None,
-                          driver_gpus=driver_gpu_variables(me.view))
-        me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
-                     gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
-        session = me.current_session
-        print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
-        if me.own_node.runs_ray:  # a planned cluster (--dry-run) has nothing to wait for, read or publish
-            self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
-            # After the start, off its critical path: a qstat under PBS.
-            self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
-            cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
-            self.cluster_up(cluster, own)
-            self.publish_targets(cluster)
-        return cluster
-
-    def publish_targets(self, cluster: Cluster) -> None:
-        """This job's Ray nodes, for Prometheus (info.py: prometheus/OWN_JOB.json in the cluster's log dir)."""
-        from mpiray.elastic import info  # a running cluster's rank 0 alone
-
-        session = cluster.session
-        groups = info.targets(session.job_id, session.ports_job_id, cluster.nodes)
-        if not groups:  # --no-metrics, or Ray without its [default] extras: nothing to scrape
-            return
-        try:
-            self.targets_file = info.write_targets(cluster.log_dir, session.ports_job_id, groups)
-            self.me.log.event("metrics_targets", path=str(self.targets_file), nodes=len(groups))
-        except OSError as error:
-            self.me.log.event("metrics_targets_failed", path=str(cluster.log_dir / info.TARGETS_DIR),
-                              problem=str(error))
-
-    def gather_hellos(self) -> None:
-        """The pre-flight: every worker's HELLO, judged before this rank's `ray start` goes; a job that cannot
-        work ends here, with nothing of Ray started anywhere."""
-        me = self.me
-        self.hellos = preflight.gather(me)
-        if len(self.hellos) < me.comm.size - 1:
-            raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
-        preflight.judge(me, self.hellos)
-
-    def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
-        """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
-        ones at the startup timeout."""
-        me = self.me
-        reports: dict[int, Report] = {0: me.report(head)}
-        hellos = self.hellos
-        deadline = Deadline.since(me.started, me.config.startup_timeout)
-
-        def grant() -> None:
-            for rank in joins.grants():
-                me.comm.send(head.node_id, rank, JOIN)
-                me.log.event("join_granted", peer=rank, in_use=len(joins.granted), window=joins.window.size)
-
-        grant()
-        while len(reports) < me.comm.size:
-            live.tick()
-            message = me.comm.poll()
-            if message is None:
-                if deadline.expired():
-                    raise WorkersMissing(_missing(me, reports, hellos), me.config.startup_timeout)
-                me.raise_if_stopped()
-                time.sleep(STARTUP_POLL)
-                continue
-            source, tag, payload = message
-            if tag == SETTLED:  # a fast worker, done before the others joined
-                self.settled_ranks.add(source)
-            elif tag == REPORT:
-                if payload.error:
-                    raise WorkerFailed(payload.rank, payload.host, payload.error, payload.log, payload.exit_code,
-                                       payload.cause)
-                reports[source] = payload
-                if payload.node_id:
-                    me.log.event("worker_joined", peer=source, peer_host=payload.host, ip=payload.node_ip,
-                                 node_id=payload.node_id, seconds=round(payload.seconds, 3),
-                                 **resource_fields(payload.resources))
-                else:
-                    me.log.event("worker_idle", peer=source, peer_host=payload.host)
-                joins.joined(source, started_a_node=bool(payload.node_id))
-                grant()
-        return [reports[r] for r in sorted(reports)]
-
-    def announce(self, code: int) -> None:
-        """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""
-        if self.targets_file is not None:
-            try:
-                self.targets_file.unlink(missing_ok=True)
-            except OSError as error:  # the exit code goes out whatever befell the file
-                self.me.log.event("metrics_targets_failed", path=str(self.targets_file), problem=str(error))
-        self.me.comm.send_to_others(code, CONTROL)
 
 
 class Head(RankZero):
@@ -387,10 +238,3 @@ def own_node_count(config: Config, ranks: int, hosts: int | None) -> int:
         raise StartupTimeout("the job's ranks did not all count their hosts within --startup-timeout: some rank "
                              "did not start (see the rank logs)")
     return count
-
-
-def _missing(me: Rank, answered: Container[int], hellos: dict[int, Hello]) -> list[dict]:
-    """The ranks not answered, for the startup_timeout event: where each is and logs, if its HELLO came."""
-    unknown = Hello("", "", {}, [])
-    return [{"rank": rank, "host": hellos.get(rank, unknown).host, "log": hellos.get(rank, unknown).log}
-            for rank in range(me.comm.size) if rank not in answered]

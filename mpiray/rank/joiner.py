@@ -20,11 +20,11 @@ from mpiray.batch import environment
 from mpiray.elastic.registry import HEARTBEAT_S, Join, Registry
 from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
-from mpiray.rank.head import RankZero
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
 from mpiray.rank.ownnode import log_context, start_node
 from mpiray.rank.state import Lost, Rank
+from mpiray.rank.zero import RankZero
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 
 

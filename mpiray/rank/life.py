@@ -39,10 +39,10 @@ from mpiray.rank.state import (
     Leader,
     OwnNode,
     Rank,
-    RankZeroRole,
     Role,
 )
 from mpiray.rank.worker import Worker
+from mpiray.rank.zero import RankZero
 
 
 class Limit(NamedTuple):
@@ -70,7 +70,7 @@ def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: S
         if config.join:
             from mpiray.rank.joiner import Joiner  # a joining job's rank 0 alone: off every other rank's start
 
-            zero: RankZeroRole = Joiner(me)
+            zero: RankZero = Joiner(me)
         else:
             zero = Head(me)
         role = zero
@@ -182,7 +182,7 @@ def exit_code_of(me: Rank, step: Callable[[], int]) -> int:
         return 1
 
 
-def drive(me: Rank, head: RankZeroRole, leader: Leader) -> int:
+def drive(me: Rank, head: RankZero, leader: Leader) -> int:
     """Rank 0: bring the cluster up, then run the leader step and watch it; its exit code is the job's."""
     cluster = head.lead()
     leader.start(me, cluster)
@@ -192,7 +192,7 @@ def drive(me: Rank, head: RankZeroRole, leader: Leader) -> int:
         leader.close(me)
 
 
-def watch(me: Rank, head: RankZeroRole, leader: Leader) -> int:
+def watch(me: Rank, head: RankZero, leader: Leader) -> int:
     """While the leader runs: its end, a stop signal, --time-limit, the batch job's walltime, the cluster's
     heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
     heartbeat meanwhile."""

@@ -1,5 +1,5 @@
 """What every rank has and agrees to, below the roles and leaders that use it: the Rank, the contracts
-of a role (Role, RankZeroRole) and of rank 0's leader step (Leader), and the timings they share."""
+of a role (Role; rank 0's is zero.RankZero) and of rank 0's leader step (Leader), and the timings they share."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
-from mpiray.rank.batchjob import BatchJob
 from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
@@ -96,7 +95,7 @@ class OwnNode(Protocol):
 
 
 class Lost(NamedTuple):
-    """The cluster's heart stopped (RankZeroRole.lost): the event that says how, its fields, the job's exit code."""
+    """The cluster's heart stopped (zero.RankZero.lost): the event that says how, its fields, the job's exit code."""
 
     event: str
     fields: dict[str, Any]
@@ -208,22 +207,3 @@ class Role(Protocol):
 
     def after_stopping_node(self, head_stops_last: bool) -> None:
         """Say or undo what must follow this rank's Ray node's stop."""
-
-
-class RankZeroRole(Role, Protocol):
-    """Rank 0's part (head.Head, joiner.Joiner), as life.drive and life.watch use it."""
-
-    batch_job: BatchJob  # what it learned of the batch job once the cluster was up (nothing in a dry run)
-
-    def lead(self) -> Cluster:
-        """Bring the cluster up: this rank's node, then every worker's report."""
-
-    def tick(self) -> None:
-        """While the leader runs: keep what needs keeping (the registry's heartbeat)."""
-
-    def drain(self, seconds: float, why: str) -> bool:
-        """Tell Ray that the nodes go in `seconds` (before the driver is stopped): Ray's libraries act on it.
-        Whether Ray heard it."""
-
-    def lost(self) -> Lost | None:
-        """The cluster's heart stopped: how, or None while it beats."""
