@@ -18,7 +18,12 @@ name=${1:?usage: bash tests/envs.sh NAME [--build-only | pytest args...] (NAME: 
 shift
 # The launcher only (no RLlib, torch): what the smoke files import.
 tools=("psutil>=6.0" "pytest>=8" "pytest-timeout>=2.3")
+# Each pin once: the newest Ray setup.cfg allows, and the CPU build of torch (the wheel here; an unpinned torch
+# pulls a multi-GB CUDA build).
 ray_now="ray[default]>=2.60,<2.61"
+rllib_now="ray[rllib]>=2.60,<2.61"
+torch_cpu="torch==2.13.0"
+trainer=("gymnasium>=1.0" "tensorboardX>=2.6")
 system_packages=()  # Debian packages the environment needs (installed here as root)
 from_source=()      # compiled here against the system packages, never taken from pip's cache
 build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
@@ -31,7 +36,7 @@ case "$name" in
   # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
   # RLlib and the CPU torch: the trainer runs on the oldest Ray setup.cfg allows (tests/test_trainer_oldest.py).
   ray-2.52)
-    requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
+    requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "$torch_cpu" "${trainer[@]}"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
     # Ray 2.52 reads other variables for Intel GPUs (ONEAPI_DEVICE_SELECTOR) and AMD's (CUDA's, without HIP's).
     tests+=(tests/test_trainer_oldest.py tests/gpu_vendors/test_vendor_nodes.py)
@@ -56,8 +61,7 @@ case "$name" in
   pbs)
     PYTHON=/usr/bin/python3  # readable and runnable by every user, unlike a Python under /root
     system_packages=(python3-venv)
-    # torch 2.13.0 is the CPU wheel (an unpinned one pulls a multi-GB CUDA build).
-    requirements=("$ray_now" "ray[rllib]>=2.60,<2.61" "torch==2.13.0" "gymnasium>=1.0" "tensorboardX>=2.6"
+    requirements=("$ray_now" "$rllib_now" "$torch_cpu" "${trainer[@]}"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
     tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py tests/test_pbs_elastic.py)
     ;;
