@@ -4,7 +4,7 @@ OPTIONS): a new or changed option is a new table here, never one edited by hand.
 
     python docs/options_table.py      # rewrite the table in docs/options.md
 
-tests/test_docs.py checks that the page shows the table this makes.
+tests/unit/test_docs.py checks that the page shows the table this makes.
 """
 
 from __future__ import annotations

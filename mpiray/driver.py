@@ -12,7 +12,7 @@ cannot read from it alone:
   driver run with no cluster;
 - restart(): which start of a requeued or rerun job this is, as the batch system says it (None: the first);
 - safe_job_id(): a job id as mpiray names its log dir; ray_version(): the installed Ray's, without importing it.
-Nothing else of mpiray is promised to drivers (tests/test_layout.py holds train/ to this module and `mpiray`).
+Nothing else of mpiray is promised to drivers (tests/unit/test_layout.py holds train/ to this module and `mpiray`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every failure the launcher explains to the user: one class per cause, each with the exit code it ends every
 rank with and its cause, a key of logs/report/classify.py's table (which says what to do about it). A raise
-site gives only the message; the class says the rest (tests/test_docs.py: one exit code per cause, and the exit
+site gives only the message; the class says the rest (tests/unit/test_docs.py: one exit code per cause, and the exit
 code table of docs/options.md says the same)."""
 
 from __future__ import annotations

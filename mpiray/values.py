@@ -3,7 +3,7 @@ variable, or an init() keyword's value as the caller gave it (a number, a Path, 
 checked value. A value that does not fit raises BadValue, whose message says what was wrong and what to give
 instead; options.py names the option (flag, variable or keyword) in front of it.
 
-options.py gives each option its kind; tests/test_values.py is the table of what each kind takes and refuses.
+options.py gives each option its kind; tests/unit/test_values.py is the table of what each kind takes and refuses.
 """
 
 from __future__ import annotations

@@ -1,29 +1,23 @@
-"""The fixtures every test gets: how fast this machine is now (pace), a private cluster registry, and the
-check that a test leaves no process behind; the Slurm and PBS testbeds', for the tests marked slurm and pbs. The
-helpers of the real runs are in helpers.py."""
+"""The fixtures every test gets, unit or real: a private cluster registry, the check that a test leaves no
+process behind, and a short temp root. Each tier is a folder with a conftest.py of its own that marks its
+items: tests/unit/ (the fast tier), tests/real/ (real processes) and in it local/, slurm/, pbs/ and
+containers/. The support code is in tests/support/ (helpers.py: the real runs' helpers), the testbeds in
+tests/slurm/ and tests/pbs/."""
 
 from __future__ import annotations
 
 import os
-import sys
+import shutil
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
 
 pytest.register_assert_rewrite("helpers")
 
-from helpers import Pace, launch, mapped_files, shm_segments  # noqa: E402
-from pbs.fixture import pbs_jobs, pbs_testbed  # noqa: E402, F401  (fixtures of the tests marked pbs)
+from helpers import mapped_files, shm_segments  # noqa: E402
 from process_control import descendants, describe, wait_for  # noqa: E402
-from slurm.fixture import jobs, slurm_testbed  # noqa: E402, F401  (fixtures of the tests marked slurm)
-
-
-@pytest.fixture(scope="session")
-def pace(tmp_path_factory) -> Pace:
-    run = launch(tmp_path_factory.mktemp("pace"), 1, driver=[sys.executable, "-c", "pass"], tag="pace")
-    assert run.returncode == 0, run.stderr[-3000:]
-    times = {record["event"]: record["time"] for record in run.events(0)}
-    return Pace(head_start=times["head_alive"] - times["rank_started"])
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,3 +50,11 @@ def no_leftover_children():
         for proc in left:
             proc.kill()
         pytest.fail("the test left processes behind: " + "; ".join(names))
+
+
+@pytest.fixture
+def short_tmp():
+    """A temp root short enough for Ray's socket paths (pytest's tmp_path is too long)."""
+    root = Path(tempfile.mkdtemp(prefix="mt", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

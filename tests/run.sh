@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian machine, then run them tier by tier:
 #   1. ruff check . and mypy (lint, and the layers' contract in types)
-#   2. the fast tier: pure functions and the rank protocol in one process (no MPI, no Ray), seconds
-#   3. the real runs: mpirun + Ray, attacks as a second user, the 3-host Slurm testbed (as root:
-#      Debian's Slurm + munge are installed first), short RLlib trainings
+#   2. the fast tier, tests/unit/: pure functions and the rank protocol in one process (no MPI, no Ray), seconds
+#   3. the real runs, tests/real/: mpirun + Ray, attacks as a second user, the 3-host Slurm testbed (as root:
+#      Debian's Slurm + munge are installed first), containers, short RLlib trainings
 #   4. the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the Open MPI wheel,
 #      Debian's MPICH; each built once into .envs/ and kept), then the PBS tier in .envs/pbs (and its
 #      3-host job again with Open MPI, .envs/pbs-openmpi) on the 3-host PBS testbed: only where an
 #      OpenPBS 23.06 or PBS Professional is installed (MPIRAYTEST_PBS_PREFIX, default /opt/pbs) and this is
 #      root; elsewhere one line says it is skipped and why, and its environments are not built
 #   bash tests/run.sh                  # all of it, as CI runs it
-#   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. -m "not slow and not slurm and not train and not pbs"
+#   bash tests/run.sh [pytest args]    # pytest alone with these, e.g. tests/unit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
@@ -26,14 +26,15 @@ status=0
 started=$SECONDS
 .venv/bin/ruff check . || status=1
 .venv/bin/mypy || status=1  # the layers' contract in types (pyproject.toml's [tool.mypy]: mpiray/)
-.venv/bin/python -m pytest -m "not slow and not slurm and not train and not pbs" || status=$?
+.venv/bin/python -m pytest tests/unit || status=$?
 echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 # Ray 2.52's environment first: the real runs use it as "another environment" (ranks of other versions, a
 # joining job of another Ray, the spill dir on the oldest Ray), then it runs its own smoke set below.
 bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
 keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
-MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest -m "(slow or slurm or train) and not pbs" ||
+# The slowest 30 tests are listed at the end: where the time goes, in every CI log.
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs" --durations=30 ||
   status=$((status ? status : $?))
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to

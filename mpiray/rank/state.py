@@ -33,7 +33,7 @@ HEAD_LOST_EXIT = 1
 
 
 class Comm(Protocol):
-    """What a rank needs of its communicator: rank/mpi.py's Comm over MPI, or tests/memory_comm.py's in one
+    """What a rank needs of its communicator: rank/mpi.py's Comm over MPI, or tests/support/memory_comm.py's in one
     process. Every wait polls (a blocking MPICH call burns a core) and has a deadline."""
 
     rank: int

@@ -170,7 +170,7 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
 # empty logs). A Ray Client driver then fails "Starting Ray client server failed" (ray-project/ray#63202,
 # open in Ray 2.60): here 5 of 100 drivers, 4 at a time, by hand, 0 of 100 under mpiray
 # (tests/benchmarks/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
-# tests/test_attach.py before, 0 of 12 after). Off, the child just execs; gRPC's Python layer supports no use
+# tests/real/local/test_attach.py before, 0 of 12 after). Off, the child just execs; gRPC's Python layer supports no use
 # of gRPC in a forked child either way.
 GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 from process_control import end_group  # noqa: E402
 
 PYTHON = sys.executable

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 sys.path.insert(0, str(ROOT))
 from mpiray.elastic.registry import Registry  # noqa: E402
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 from elastic_measures import interleave, row, table  # noqa: E402
 
 from containers.images import IMAGE_SCRIPT, runtime_env  # noqa: E402

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 from elastic_measures import DEMAND, interleave, node_alive_time, row, table  # noqa: E402
 
 from mpiray.batch import jobs, slurm  # noqa: E402

@@ -21,7 +21,7 @@ minute hits them alike. Measures:
 
 Writes launcher_report.md and launcher_report.json to --out-dir (default: this file's directory).
 It ends only processes it started, by PID or by the group of a job it started in a session of its own,
-with the tests' process control (tests/process_control.py): it makes itself a child subreaper, so the
+with the tests' process control (tests/support/process_control.py): it makes itself a child subreaper, so the
 processes that `ray start` daemonizes stay its descendants; it never uses `ray stop` or kills by name.
 """
 
@@ -51,7 +51,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 
 from mpiray.host import network  # noqa: E402  (pure helpers: addresses and free port blocks)
 from mpiray.logs.events import read_events  # noqa: E402

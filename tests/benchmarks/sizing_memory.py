@@ -12,7 +12,7 @@ runners (`ray::SingleAgentEnvRunner`), remote learners and idle workers, each kn
 Per role: how many processes had it, and the largest RSS, USS, PSS, threads and open files of one of them
 over the samples; for all of them: the largest summed RSS, PSS, processes, threads and open files, and the
 machine's used memory and /dev/shm above what they were before the start. On the timeout the child's
-process group goes (os.killpg by the child's PID, in tests/process_control.py's end_group); nothing is
+process group goes (os.killpg by the child's PID, in tests/support/process_control.py's end_group); nothing is
 found by name. The results go to a temporary directory, removed afterwards. Prints a table per run and
 writes sizing_memory_report.md beside this file.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
 from process_control import end_group  # noqa: E402
 
 PYTHON = sys.executable

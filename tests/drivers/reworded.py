@@ -1,10 +1,10 @@
-"""start_ray.py with every human log message reworded (tests/reword.py): `python reworded.py [start_ray.py args]`."""
+"""start_ray.py with every human log message reworded (tests/support/reword.py): `python reworded.py [start_ray.py args]`."""
 
 import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(TESTS.parent), str(TESTS)]
+sys.path[:0] = [str(TESTS.parent), str(TESTS / "support")]
 
 from mpiray.cli import run  # noqa: E402
 

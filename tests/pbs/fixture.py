@@ -1,7 +1,7 @@
 """Fixtures of the PBS tests: the testbed, brought up once and down at the end (a session fixture), and
 each test's jobs, with a submit dir of the ordinary user's, deleted and waited for at its end.
 
-tests/conftest.py imports them (`from pbs.fixture import pbs_jobs, pbs_testbed`).
+tests/real/conftest.py imports them (`from pbs.fixture import pbs_jobs, pbs_testbed`).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: python tests/pbs/testbed.py up
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from netns import (  # noqa: E402
     POLL_INTERVAL_S,

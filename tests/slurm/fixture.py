@@ -1,7 +1,7 @@
 """Fixtures of the Slurm tests: the testbed, brought up once and down at the end (a session fixture),
 and each test's jobs, all named alike, cancelled and waited for at its end.
 
-tests/conftest.py imports them (`from slurm.fixture import jobs, slurm_testbed`).
+tests/real/conftest.py imports them (`from slurm.fixture import jobs, slurm_testbed`).
 """
 
 import os

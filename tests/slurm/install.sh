@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the Slurm testbed (tests/slurm/testbed.py) needs, and the Prometheus server that
-# scrapes a cluster on it (tests/test_metrics_targets.py; no service is started: the test runs its own).
+# scrapes a cluster on it (tests/real/slurm/test_metrics_targets.py; no service is started: the test runs its own).
 # Idempotent: does nothing, not even `apt-get update`, when they are all installed.
 set -euo pipefail
 

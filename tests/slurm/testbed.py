@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: python tests/slurm/testbed.py up
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from netns import (  # noqa: E402
     COMMAND_TIMEOUT_S,

@@ -1,5 +1,5 @@
-"""A test's stand-in for an overloaded GCS, outside the product: on PYTHONPATH (tests/test_scale.py,
-tests/test_classify.py), it wraps Ray's CLI in every process that imports it, so that a worker's `ray start`
+"""A test's stand-in for an overloaded GCS, outside the product: on PYTHONPATH (tests/real/local/test_scale.py,
+tests/real/local/test_causes_found.py), it wraps Ray's CLI in every process that imports it, so that a worker's `ray start`
 exits as Ray's does when its raylet did not register in time. FAIL_JOIN=PATH: the first worker to get there
 (it makes PATH); FAIL_JOIN=always: every one. Every other process is left as it is."""
 

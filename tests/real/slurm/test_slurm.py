@@ -1,0 +1,388 @@
+"""The launcher and the job scripts in jobs/ under real srun/sbatch, on the 3-host Slurm testbed
+(tests/slurm/): nodes mpiray-node1..3 with their own addresses, PMI2 only when asked for.
+
+Every job gets a unique name; whatever a test submitted is cancelled at its end, and each test
+checks by PID that no process of its jobs is left on any node. Timings are printed (pytest -s
+shows them; they are also in the JUnit properties).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mpiray.batch import environment
+from mpiray.logs.events import read_events
+
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings, wait_for_file_text
+from slurm import testbed
+from slurm.fixture import Jobs
+
+ROOT = Path(__file__).resolve().parents[3]
+PLACEMENT = ROOT / "tests" / "slurm" / "placement_driver.py"
+CHECKPOINT = ROOT / "tests" / "slurm" / "checkpoint_driver.py"
+PROBE = ROOT / "tests" / "drivers" / "probe.py"
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+
+def log_time(records: list[dict], name: str) -> float:
+    """Epoch time of a rank's first event called name."""
+    for record in records:
+        if record["event"] == name:
+            return record["time"]
+    raise AssertionError(f"no {name} event in {[r['event'] for r in records]}")
+
+
+def exited_with(logs: list[list[dict]], code: int) -> bool:
+    return all(records and records[-1]["event"] == "exit" and records[-1]["fields"]["code"] == code
+               for records in logs)
+
+
+def placement(output: str) -> dict:
+    return driver_report(output, "PLACEMENT")
+
+
+def node_ip_by_host(bed: testbed.Testbed) -> dict[str, str]:
+    return {node.name: node.ip for node in bed.nodes}
+
+
+def assert_each_rank_advertises_its_own_node_ip(bed: testbed.Testbed, logs: list[list[dict]]) -> None:
+    """Every rank passed --node-ip-address with its own host's address, never 127.x."""
+    ips = node_ip_by_host(bed)
+    for records in logs:
+        host = records[-1]["host"]
+        advertised = [arg.split("=", 1)[1] for r in records if r["event"] == "node_starting"
+                      for arg in r["fields"]["argv"] if arg.startswith("--node-ip-address=")]
+        assert advertised == [ips[host]], (host, advertised)
+
+
+
+
+
+
+# ---- srun ---------------------------------------------------------------------------------
+
+
+def mpi_cannot_use(bed: testbed.Testbed, jobs: Jobs, plugin: str) -> str | None:
+    """Why this python's MPI cannot take srun's --mpi=plugin (None: it can), from 2 tasks on 2 nodes.
+
+    An MPI speaks only the process-manager interfaces it was built with: the MPICH wheel and
+    Debian's MPICH speak PMI-2, not PMIx; Open MPI 5 speaks PMIx only. Any other failure is the
+    testbed's, and fails the test.
+    """
+    probe = "from mpi4py import MPI; print('MPI-WORLD', MPI.COMM_WORLD.size, flush=True)"
+    result = bed.run(["srun", f"--job-name={jobs.name}", "-N2", "--ntasks-per-node=1", f"--mpi={plugin}",
+                      PYTHON, "-c", probe], timeout=120, env={**os.environ, **testbed.BARE_MPI_ENV})
+    sizes = re.findall(r"^MPI-WORLD (\d+)$", result.stdout, re.MULTILINE)
+    if result.returncode == 0 and sizes == ["2", "2"]:
+        return None
+    version = "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0].split(',')[0])"
+    library = " ".join(subprocess.run([PYTHON, "-c", version], capture_output=True, text=True, timeout=60,
+                                      check=False).stdout.split())
+    if sizes == ["1", "1"]:
+        return f"srun --mpi={plugin}: {library} does not speak it (each task is an MPI world of 1)"
+    refusal = re.search(r"(?:unsupported PMI|PMI\S* (?:is )?not (?:supported|available)|no-pmix).*",
+                        result.stdout + result.stderr, re.IGNORECASE)
+    if refusal:
+        return f"srun --mpi={plugin}: {library} was built without it ({refusal.group(0).strip()})"
+    hint = ("\n(slurmd loads libpmix when it starts: if libpmix-dev came after `testbed.py up`, "
+            "take the testbed down and up again)") if plugin == "pmix" else ""
+    pytest.fail(f"srun --mpi={plugin} failed on the testbed (code {result.returncode}):\n"
+                f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}{hint}")
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("plugin", ["pmi2", "pmix"])
+def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, jobs, tmp_path, plugin):
+    bed = slurm_testbed
+    if reason := mpi_cannot_use(bed, jobs, plugin):
+        pytest.skip(reason)
+    result = bed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", f"--mpi={plugin}",
+         f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"),
+         "--", PYTHON, str(PLACEMENT)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)  # the Slurm job id names the log directory
+
+    seen = placement(result.stdout)
+    ips = node_ip_by_host(bed)
+    assert sorted(node["ip"] for node in seen["nodes"]) == bed.node_ips
+    assert all(ips[node["host"]] == node["ip"] for node in seen["nodes"]), seen["nodes"]
+    # One task pinned to each node ran there, so tasks ran on all three hosts.
+    assert [task["node_id"] for task in seen["pinned"]] == [node["node_id"] for node in seen["nodes"]]
+    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips
+    assert len({task["ip"] for task in seen["spread"]}) > 1
+    assert seen["driver_host"] == bed.node_names[0]
+
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(bed, logs)
+    assert (field(logs[0], "rank_started", "scheduler"), field(logs[0], "rank_started", "launcher")) == ("slurm", "srun")
+    assert field(logs[0], "rank_started", "size") == 3
+    # On the MPICH wheel, every rank chose MPICH's ofi netmod before MPI_Init (the testbed sets none, as users don't).
+    wheel = environment.wheel_netmod(os.environ, sys.prefix, sys.path)
+    assert [field(records, "netmod_chosen", "netmod") for records in logs] == [wheel] * 3
+    assert exited_with(logs, 0)
+    jobs.wait_until_gone(job_dir.name)
+
+
+def test_srun_without_pmi2_stops_with_an_explanation(slurm_testbed, jobs, tmp_path):
+    started = time.monotonic()
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", f"--chdir={tmp_path}",
+         PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--", PYTHON, str(PROBE)],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode != 0
+    assert "srun started 3 tasks, but MPI reports a world of 1 rank" in result.stderr
+    assert "srun --mpi=pmi2" in result.stderr
+    assert "PROBE" not in result.stdout  # no driver, no Ray: it stops before starting anything
+    assert time.monotonic() - started < 60
+    failures = [r["fields"] for path in (tmp_path / "logs").rglob("rank-*.jsonl") for r in read_events(path)
+                if r["event"] == "failed"]
+    assert failures and all(f["cause"] == "mpi_singletons" and "--mpi=pmi2" in f["message"] for f in failures)
+    (job_id,) = jobs.ended_ids()
+    jobs.wait_until_gone(job_id)
+
+
+def test_a_lone_failing_rank_ends_the_job_within_seconds(slurm_testbed, jobs, tmp_path, capsys, request):
+    # Rank 3 alone fails (a missing temp dir root). Once, the others then waited forever in
+    # MPI_Finalize's PMI barrier for it, and srun never returned (see teardown.drain). The issue saw
+    # it at 8 ranks per host, as here.
+    wrapper = (f'if [ "$SLURM_PROCID" = 3 ]; then export MPIRAY_TEMP_DIR=/nonexistent-mpiray-root; fi; '
+               f'exec {shlex.quote(PYTHON)} {shlex.quote(str(START_RAY))} --log-dir {shlex.quote(str(tmp_path / "logs"))} '
+               f'-- /bin/true')
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+         "bash", "-c", wrapper],
+        timeout=JOB_TIMEOUT_S)
+    ended = time.time()
+    assert result.returncode == 2, result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    logs = rank_logs(job_dir, 24)
+    assert "/nonexistent-mpiray-root" in field(logs[3], "failed", "message")
+    failed = log_time(logs[3], "failed")
+    assert ended - failed < 30
+    assert exited_with(logs, 2)
+    assert {records[-1]["host"] for records in logs} == set(slurm_testbed.node_names)
+    show_timings(capsys, request, failure_to_srun_exit=ended - failed)
+    jobs.wait_until_gone(job_dir.name)
+
+
+@pytest.mark.parametrize("mode, code", [("ok", 0), ("exit3", 3)])
+def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, tmp_path, mode, code):
+    script = ROOT / "tests" / "drivers" / "library_script.py"
+    result = slurm_testbed.run(
+        ["srun", f"--job-name={jobs.name}", "-N3", "--ntasks-per-node=1", "--mpi=pmi2", f"--chdir={tmp_path}",
+         PYTHON, str(script), mode, str(tmp_path / "logs")],
+        timeout=JOB_TIMEOUT_S)
+    assert result.returncode == code, result.stdout + result.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("CONNECTED ")]
+    seen = json.loads(line[len("CONNECTED "):])
+    assert seen["initialized"] and seen["nodes"] == 3 and seen["ran_on"] == 3  # a task ran on each host
+    assert "RANK 1:" not in result.stdout and "RANK 2:" not in result.stdout  # they served, never returned
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
+    assert exited_with(logs, code)
+    jobs.wait_until_gone(job_dir.name)
+
+
+# What a rank still in MPI_Init at --startup-timeout prints (faulthandler's watchdog, rank/life.py mpi_world).
+MPI_INIT_HUNG = "in mpi_world"
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S * 6)  # two jobs (the retry below), each up to its startup deadline + JOB_TIMEOUT_S
+def test_a_join_storm_of_24_nodes_comes_up(slurm_testbed, jobs, tmp_path, capsys, request, pace):
+    # 8 ranks per host, 24 Ray nodes on 2 cores: without join slots two `ray start`s timed out
+    # (Ray gives a raylet 30 s to register) and the job failed.
+    # 24 starts on 2 cores take 24 x one start at best; the default --startup-timeout (120 s) fit here
+    # (ready in 48 s) but not on a CI machine of the same kind that ran at half the speed (3 nodes
+    # not ALIVE at 120 s): the deadline comes from this machine's measured pace.
+    startup_timeout = pace.deadline(phases=12, floor=240)
+    argv = ["srun", f"--job-name={jobs.name}", "-N3", "-n24", "--overcommit", "--mpi=pmi2", f"--chdir={tmp_path}",
+            PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), "--startup-timeout", f"{startup_timeout:.0f}",
+            "--", PYTHON, str(PROBE)]
+    job_timeout = startup_timeout + JOB_TIMEOUT_S
+    started = time.monotonic()
+    result = slurm_testbed.run(argv, timeout=job_timeout)
+    if result.returncode != 0 and MPI_INIT_HUNG in result.stderr:
+        # The testbed's PMI2 (slurmd) held ranks in MPI_Init, all 24 of them, in 2 of ~8 local CI runs; cause not
+        # found. They said so and exited 1 at --startup-timeout (the product's part, tested in test_faults.py).
+        # Once more, said in the summary; any other failure, or this one twice, fails.
+        warnings.warn("the testbed's PMI2 held ranks in MPI_Init: ran the job once more", stacklevel=1)
+        shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+        started = time.monotonic()
+        result = slurm_testbed.run(argv, timeout=job_timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    probe = driver_report(result.stdout, "PROBE", result.stderr)
+    assert probe["nodes"] == 24 and len(set(probe["ips"])) == 3
+    logs = rank_logs(job_dir, 24)
+    assert exited_with(logs, 0)
+    show_timings(capsys, request, srun_to_exit=time.monotonic() - started,
+           ready=float(re.search(r"ready in ([\d.]+) s", result.stdout).group(1)))
+    jobs.wait_until_gone(job_dir.name)
+
+
+# ---- sbatch with the scripts in jobs/ --------------------------------------------------------
+
+
+def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
+        slurm_testbed, jobs, tmp_path, capsys, request):
+    bed = slurm_testbed
+    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT)])
+    submitted = time.time()
+    # --wait: sbatch returns when the job has ended, with the job's exit code.
+    sbatch = subprocess.Popen(
+        ["sbatch", "--wait", "--parsable", f"--job-name={jobs.name}", f"--partition={bed.partition}",
+         "--cpus-per-task=2", str(JOBS / "slurm_multi_node.sh")],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rank0 = wait_for_file_text(tmp_path, "logs/*/rank-0000.jsonl", '"event": "driver_exited"')
+        job_id = rank0.parent.name
+        jobs.ids.append(job_id)
+        result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+        completed = time.time()
+        out, err = sbatch.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if sbatch.poll() is None:
+            sbatch.kill()
+            sbatch.wait()
+    assert sbatch.returncode == 0, err
+    assert out.strip().split(";")[0] == job_id
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+
+    output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
+    seen = placement(output)
+    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips
+    assert f"job {job_id}: exit code 0; per-rank logs in {tmp_path}/logs/{job_id}/" in output
+    job_dir = tmp_path / "logs" / job_id
+    assert sorted(p.name for p in job_dir.glob("rank-*.log") if not p.name.endswith(".ray.log")) == \
+        ["rank-0000.log", "rank-0001.log", "rank-0002.log"]
+    logs = rank_logs(job_dir, 3)
+    assert_each_rank_advertises_its_own_node_ip(bed, logs)
+    assert "PLACEMENT" in (job_dir / "driver.log").read_text()
+    assert field(logs[1], "resources_given", "cpus") == 2  # --cpus-per-task reached the ranks
+    assert exited_with(logs, 0)
+    jobs.wait_until_gone(job_id)
+
+    launched = log_time(logs[0], "rank_started")  # MPI is up
+    ready = log_time(logs[0], "cluster_ready")
+    driver_exit = log_time(logs[0], "driver_exited")
+    show_timings(capsys, request, sbatch_to_rank0_running=launched - submitted,
+           sbatch_to_workers_running=ready - submitted, driver_exit_to_completed=completed - driver_exit)
+
+
+def test_failing_driver_fails_the_job_with_its_exit_code(slurm_testbed, jobs, tmp_path):
+    env = jobs.env(tmp_path, [PYTHON, str(PROBE), "--exit", "3"])
+    job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="FAILED", exit_code=3, signal=0)
+    logs = rank_logs(tmp_path / "logs" / job_id, 3)
+    assert field(logs[0], "driver_exited", "code") == 3
+    assert [field(records, "job_ended", "code") for records in logs[1:]] == [3, 3]
+    assert exited_with(logs, 3)
+    jobs.wait_until_gone(job_id)
+
+
+# How a running job is stopped, and how it then ends in sacct.
+STOPS = {
+    # The notice the job scripts ask for with `--signal=TERM@120` comes the same way: SIGTERM to
+    # every process of the job's steps, the batch script left alone; the job then ends itself.
+    "scancel-signal-term": (["--signal=TERM"], ("FAILED", 143)),
+    # A plain scancel: SIGTERM to everything, SIGKILL after KillWait (10 s here).
+    "scancel": ([], ("CANCELLED", 0)),
+}
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_scancel_gives_the_driver_its_grace_then_every_rank_stops(
+        slurm_testbed, jobs, tmp_path, capsys, request, stop):
+    scancel_options, (state, exit_code) = STOPS[stop]
+    marker = tmp_path / "checkpoint.json"
+    grace = 4  # the driver needs 2 s; twice the grace stays below KillWait
+    env = jobs.env(tmp_path, [PYTHON, str(CHECKPOINT), str(marker), "--save-seconds", "2"],
+                   MPIRAY_STOP_GRACE=str(grace))
+    job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
+    job_dir = tmp_path / "logs" / job_id
+    wait_for_file_text(job_dir, "driver.log", "READY 3 nodes")
+    running = testbed.job_processes(slurm_testbed, job_id)
+    assert any("/raylet " in command for command in running.values())  # the Ray nodes run
+
+    signalled = time.time()
+    cancel = slurm_testbed.run(["scancel", *scancel_options, job_id], timeout=60)
+    assert cancel.returncode == 0, cancel.stderr
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    jobs.wait_until_gone(job_id)
+    gone = time.time()
+
+    assert (result.state, result.exit_code) == (state, exit_code)
+    saved = json.loads(marker.read_text())  # the driver's SIGTERM handler ran to its end
+    assert saved["saved"] - saved["sigterm"] >= 2
+    logs = rank_logs(job_dir, 3)
+    assert field(logs[0], "stop_signal", "grace") == grace
+    # The driver had finished saving before any rank stopped its Ray node.
+    for rank, records in enumerate(logs):
+        if rank > 0:
+            assert field(records, "job_ended", "code") == 143
+            assert saved["saved"] <= log_time(records, "job_ended")
+        if field(records, "processes_stopped", "count") is not None:
+            assert saved["saved"] <= log_time(records, "processes_stopped")
+    if stop == "scancel-signal-term":  # no SIGKILL from Slurm: every rank ends on its own
+        assert exited_with(logs, 143)
+    show_timings(capsys, request, scancel_to_driver_sigterm=saved["sigterm"] - signalled,
+           scancel_to_no_process_left=gone - signalled)
+
+
+def test_single_node_script_splits_the_node_between_its_ranks(slurm_testbed, jobs, tmp_path):
+    env = jobs.env(tmp_path, [PYTHON, str(PROBE)], RANKS_PER_NODE="2")
+    job_id = jobs.submit(JOBS / "slurm_single_node.sh", tmp_path, env)
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+    output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
+    probe = driver_report(output, "PROBE")
+    assert probe["nodes"] == 2
+    assert probe["cpus"] == testbed.CPUS_PER_NODE  # two Ray nodes, one node's cores, none twice
+    assert len(set(probe["ips"])) == 1
+    logs = rank_logs(tmp_path / "logs" / job_id, 2)
+    assert exited_with(logs, 0)
+    jobs.wait_until_gone(job_id)
+
+
+def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, jobs, tmp_path):
+    # The testbed has no GPUs: component 0 asks for none, and LEARNER_GPUS=1 has the learner's
+    # Ray node offer a logical GPU, which is enough to see where GPU work is placed.
+    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT), "--gpu-task"], LEARNER_GPUS="1")
+    job_id = jobs.submit(JOBS / "slurm_hetjob.sh", tmp_path, env,
+                         "--gpus-per-node=0", "--cpus-per-task=2", ":",
+                         f"--partition={slurm_testbed.partition}", "--cpus-per-task=1")
+    result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
+    assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
+    seen = placement((tmp_path / f"{jobs.name}-{job_id}.out").read_text())
+    learner = seen["driver_host"]  # rank 0 runs in component 0, the learner's
+    resources = {node["host"]: node["resources"] for node in seen["nodes"]}
+    assert sorted(resources) == slurm_testbed.node_names
+    # The learner slots too: one for the learner node's GPU, none on the rollout nodes (--learner-slots 0).
+    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 1.0, "mpiray_learner_slot": 1.0}
+    assert list(resources.values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] == "0"
+    assert sorted(task["ip"] for task in seen["pinned"]) == slurm_testbed.node_ips
+    logs = rank_logs(tmp_path / "logs" / job_id, 3)
+    assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
+    jobs.wait_until_gone(job_id)

@@ -1,0 +1,153 @@
+"""The package's layers, as docs/architecture.md draws them: imports point only down, never in a circle,
+and `import mpiray` stays cheap. Read from the source (ast), so a lazy import counts as much as any."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "mpiray"
+
+# Bottom to top; a module's layer is the first whose prefix names it. A module may import its own
+# layer and those below it.
+LAYERS = (
+    ("base", ("mpiray.errors", "mpiray.deadline", "mpiray.config", "mpiray.package")),
+    ("logs", ("mpiray.logs",)),
+    ("batch systems", ("mpiray.batch",)),
+    ("the host", ("mpiray.host",)),
+    ("the Ray node", ("mpiray.raynode",)),
+    ("elastic", ("mpiray.elastic",)),
+    ("the rank's life", ("mpiray.rank",)),
+    ("rank 0's leaders", ("mpiray.leaders",)),
+    ("front doors", ("mpiray.values", "mpiray.console", "mpiray.options", "mpiray.library", "mpiray.driver", "mpiray.cli",
+                     "mpiray.__main__", "mpiray")),
+)
+# The only imports of mpiray modules inside a function, and why they cannot be at the top.
+DEFERRED = {
+    ("mpiray.rank.life", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
+    ("mpiray.library", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
+    ("mpiray", "mpiray.library"): "`import mpiray` stays cheap for helper processes and scripts",
+    ("mpiray", "mpiray.elastic.submit"): "`import mpiray` stays cheap: mpiray.jobs_client is a login node's",
+    # What one kind of job needs, off the start of every rank of every job (--dry-run at 64 ranks: bench_preflight.py)
+    ("mpiray.rank.head", "mpiray.elastic.autoscale"): "an elastic cluster's alone",
+    ("mpiray.rank.head", "mpiray.elastic.registry"): "a running cluster's rank 0 alone (not its workers, not a dry run)",
+    ("mpiray.rank.head", "mpiray.elastic.info"): "a running cluster's rank 0 alone: cluster_info.json",
+    ("mpiray.rank.zero", "mpiray.elastic.info"): "a running cluster's rank 0 alone: its nodes for Prometheus",
+    ("mpiray.rank.batchjob", "mpiray.batch.pbs"): "a PBS job's rank 0 alone",
+    ("mpiray.rank.life", "mpiray.rank.joiner"): "a joining job's rank 0 alone",
+    ("mpiray.cli", "mpiray.leaders.stay"): "a joining job's rank 0 alone",
+    ("mpiray.leaders.command", "mpiray.logs.tee"): "rank 0's alone, once its driver runs",
+}
+MAX_TOP_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, bool]]:
+    """(imported mpiray module, at the module's top level) for each import statement in the file."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            # `from mpiray.x import y`: y is a module of its own, or a name in mpiray.x.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        at_top = id(node) in top or _in_type_checking(tree, node)
+        found += [(target, at_top) for target in targets if target in known and target != name]
+    return found
+
+
+def _in_type_checking(tree: ast.Module, node: ast.AST) -> bool:
+    for block in tree.body:
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING":
+            if any(node is child for child in ast.walk(block)):
+                return True
+    return False
+
+
+def layer(name: str) -> int:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes if prefix != "mpiray"):
+            return index
+    assert name == "mpiray", f"{name} is in no layer: add it to LAYERS (and to docs/architecture.md)"
+    return len(LAYERS) - 1
+
+
+def graph() -> dict[str, list[tuple[str, bool]]]:
+    found = modules()
+    return {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+def test_every_import_points_down_or_within_its_layer():
+    upward = [f"{name} ({LAYERS[layer(name)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
+              for name, targets in graph().items() for target, _ in targets if layer(target) > layer(name)]
+    assert upward == []
+
+
+def test_no_import_circle():
+    edges = {name: {target for target, _ in targets} for name, targets in graph().items()}
+    state: dict[str, str] = {}
+    circles = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(edges[name]):
+            if state.get(target) == "open":
+                circles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert circles == []
+
+
+def test_mpiray_modules_are_imported_at_the_top_but_for_the_named_exceptions():
+    deferred = {(name, target) for name, targets in graph().items() for target, at_top in targets if not at_top}
+    assert deferred == set(DEFERRED)
+
+
+def test_the_package_root_holds_few_modules():
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_importing_mpiray_starts_neither_ray_nor_mpi_nor_the_launcher():
+    code = "import sys, mpiray; print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'mpi4py', 'mpiray')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert eval(loaded.stdout) == ["mpiray", "mpiray.errors"]
+
+
+def test_the_trainer_uses_mpirays_front_door_only():
+    """train/ is a driver like any other: it imports `mpiray` (init) and mpiray.driver, nothing inside."""
+    known = set(modules())
+    used = sorted({(module_name(path), target) for path in (ROOT / "train").rglob("*.py")
+                   for target, _ in imports(module_name(path), path, known)})
+    assert {target for _, target in used} <= {"mpiray", "mpiray.driver"}, used
+    assert ("train.cluster", "mpiray.driver") in used  # the test reads train/ at all
+
+
+def test_no_function_of_the_package_is_over_60_lines():
+    """A function a newcomer reads in one screen; a longer one is cut into named steps."""
+    long = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert long == []
