@@ -19,6 +19,7 @@ from . import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
+START_RAY = ROOT / "start_ray.py"
 # Slurm's SIGKILL comes KillWait (10 s) after a cancel; then the nodes need a moment.
 GONE_TIMEOUT_S = testbed.KILL_WAIT_S + 50
 
@@ -55,6 +56,12 @@ class Jobs:
             "MPIRAY_DRIVER": shlex.join(driver),
             **extra,
         })
+
+    def srun(self, submit_dir: Path, nodes: int, *args: str, cpus: int = 2) -> list[str]:
+        """The launcher on nodes hosts, a rank each (pmi2), with args (its options, then "--" and a driver): the argv
+        of srun, from submit_dir, its job dir under submit_dir/logs."""
+        return ["srun", f"--job-name={self.name}", f"-N{nodes}", f"-n{nodes}", f"--cpus-per-task={cpus}", "--mpi=pmi2",
+                f"--chdir={submit_dir}", PYTHON, str(START_RAY), "--log-dir", str(submit_dir / "logs"), *args]
 
     def submit(self, script: Path, submit_dir: Path, env: dict[str, str], *options: str) -> str:
         """sbatch the script from submit_dir on the testbed's partition, from its login host (as a user submits);

@@ -63,8 +63,12 @@ class Launch:
 
 def rank_events(job_dir: Path, rank: int) -> list[dict]:
     """rank's events, its last run only (a re-used job id appends); [] without a log."""
-    path = job_dir / f"rank-{rank:04d}.jsonl"
-    return last_run(read_events(path))[0] if path.exists() else []
+    return events_of(job_dir / f"rank-{rank:04d}.jsonl")
+
+
+def events_of(log: Path) -> list[dict]:
+    """An events file's records (a rank's, the autoscaler's), its last run only; [] while there is none."""
+    return last_run(read_events(log))[0] if log.exists() else []
 
 
 def client_server_logs(job_dir: Path) -> str:
@@ -107,11 +111,19 @@ def causes(job_dir: Path) -> dict[str, list[int]]:
     return {found["cause"]: found["ranks"] for found in read_job(job_dir)["causes"]}
 
 
-def wait_for_event(job_dir: Path, rank: int, name: str, timeout: float = 120) -> dict:
-    """The fields of rank's event name, once it logged it."""
-    if not wait_for(lambda: last_event(job_dir, rank, name) is not None, timeout, 0.1):
-        raise AssertionError(f"rank {rank} of {job_dir} never logged {name}")
-    return last_event(job_dir, rank, name)
+def wait_for_events(log: Path, name: str, count: int = 1, timeout: float = 120) -> list[dict]:
+    """The fields of each event name in an events file (a rank's: job_dir / "rank-0000.jsonl", the
+    autoscaler's), its last run, once it holds count of them."""
+
+    def found() -> list[dict] | None:
+        fields = [record["fields"] for record in events_of(log) if record["event"] == name]
+        return fields if len(fields) >= count else None
+
+    fields = wait_for(found, timeout, 0.1)
+    if fields is None:
+        names = [record["event"] for record in events_of(log)]
+        raise AssertionError(f"{log} holds fewer than {count} {name} after {timeout:g} s; its events: {names[-20:]}")
+    return fields
 
 
 def launcher_argv(ranks: int, args=(), driver=()) -> list[str]:
@@ -155,11 +167,16 @@ def rank_pids(launcher_pid: int) -> list[int]:
     return found
 
 
+def tagged_lines(output: str, tag: str) -> list[dict]:
+    """The JSON a test driver printed after TAG on each such line ("PROBE {...}"), in order."""
+    return [json.loads(line[len(tag) + 1:]) for line in output.splitlines() if line.startswith(tag + " ")]
+
+
 def driver_report(output: str, tag: str, stderr: str = "") -> dict:
-    """The JSON a test driver printed after TAG on its last such line (probe.py: PROBE, ...)."""
-    lines = [line for line in output.splitlines() if line.startswith(tag + " ")]
-    assert lines, f"the driver printed no {tag} line:\n{output}\n{stderr}"
-    return json.loads(lines[-1][len(tag) + 1:])
+    """The JSON of the last line tagged TAG (probe.py: PROBE, ...); the test fails without one."""
+    reports = tagged_lines(output, tag)
+    assert reports, f"the driver printed no {tag} line:\n{output}\n{stderr}"
+    return reports[-1]
 
 
 def fail_join(marker: str) -> dict[str, str]:
@@ -252,10 +269,17 @@ def show_timings(capsys, request, **timings: float) -> None:
         request.node.user_properties.append((key, round(value, 2)))
 
 
-def wait_for_file_text(root: Path, pattern: str, text: str, timeout: float = JOB_TIMEOUT_S) -> Path:
-    """The first file under root matching pattern that contains text (polls until the timeout)."""
-    found = wait_for(lambda: next((path for path in root.glob(pattern) if text in path.read_text(errors="replace")),
-                                  None), timeout)
+def wait_for_text(root: Path, pattern: str, text: str | re.Pattern[str] = "", timeout: float = JOB_TIMEOUT_S) -> Path:
+    """The first path under root matching the glob pattern whose text holds text (a str: contains it, a compiled
+    pattern: searches it; "": the path exists, a dir too), once there is one."""
+
+    def holds(path: Path) -> bool:
+        if not text:
+            return True
+        content = path.read_text(errors="replace") if path.is_file() else ""
+        return text in content if isinstance(text, str) else text.search(content) is not None
+
+    found = wait_for(lambda: next((path for path in sorted(root.glob(pattern)) if holds(path)), None), timeout)
     if found is None:
         pytest.fail(f"no {root}/{pattern} with {text!r} within {timeout:.0f} s")
     return found

@@ -30,7 +30,7 @@ from helpers import (
     driver_report,
     new_job_id,
     rank_pids,
-    wait_for_file_text,
+    wait_for_text,
 )
 from process_control import wait_for
 
@@ -107,7 +107,7 @@ def test_after_kill_9_of_the_ranks_no_container_and_no_process_of_the_job_is_lef
     launcher = subprocess.Popen(argv(tmp_path, runtime, image, job_id), cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=host_env(runtime, DRIVER_SLEEP="300"))
     try:
-        wait_for_file_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
+        wait_for_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
         ranks = rank_pids(launcher.pid)
         assert len(ranks) == 2
         for pid in ranks:
@@ -157,7 +157,7 @@ def test_another_uid_cannot_read_the_token_through_the_image(tmp_path, images):
     launcher = subprocess.Popen(argv(tmp_path, "charliecloud", image, job_id), cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=host_env("charliecloud", DRIVER_SLEEP="300"))
     try:
-        wait_for_file_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
+        wait_for_text(tmp_path / "logs" / job_id, "rank-0000.log", "driver started (pid", timeout=JOB_TIMEOUT_S)
         private = Path(Launch(0, "", "", tmp_path / "logs" / job_id, 0).event(0, "private_dir")["path"])
         token = next(private.glob("*token*"))
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

@@ -26,7 +26,7 @@ from helpers import (
     mpirun_version,
     new_job_id,
     rank_pid,
-    wait_for_event,
+    wait_for_events,
 )
 
 PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
@@ -54,7 +54,7 @@ def finish(proc: subprocess.Popen, job_dir: Path, timeout: float) -> Launch:
 def test_worker_rank_killed_during_startup(tmp_path):
     """mpirun kills the other ranks; their Ray processes die with them (no rank can tidy up)."""
     proc, job_dir = start(tmp_path, 2)
-    wait_for_event(job_dir, 1, "worker_will_connect")
+    wait_for_events(job_dir / "rank-0001.jsonl", "worker_will_connect")[-1]
     time.sleep(2)  # let both ranks' Ray processes spawn, so that there is something to leak
     run_pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     os.kill(rank_pid(job_dir, 1), signal.SIGKILL)
@@ -75,7 +75,7 @@ def test_worker_rank_killed_during_startup(tmp_path):
 
 def test_head_gcs_killed_while_the_driver_runs(tmp_path):
     proc, job_dir = start(tmp_path, 2, driver=[*PROBE, "--sleep", "600"])
-    wait_for_event(job_dir, 0, "driver_started")
+    wait_for_events(job_dir / "rank-0000.jsonl", "driver_started")[-1]
     gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
     assert len(gcs) == 1
     os.kill(gcs[0], signal.SIGKILL)

@@ -22,7 +22,7 @@ from helpers import (
     launcher_argv,
     new_job_id,
     rank_pid,
-    wait_for_event,
+    wait_for_events,
 )
 from reword import MARK
 from sample_jobs import bar_pixels
@@ -144,7 +144,7 @@ def test_logs_of_a_job_whose_mpirun_was_killed(tmp_path):
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        wait_for_event(job_dir, 0, "driver_started")
+        wait_for_events(job_dir / "rank-0000.jsonl", "driver_started")[-1]
         time.sleep(1)
         ranks = [rank_pid(job_dir, rank) for rank in (0, 1)]
         proc.send_signal(signal.SIGKILL)

@@ -3,7 +3,6 @@ the command line holds here too (exit codes, --time-limit, a lost head or worker
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -24,7 +23,8 @@ from helpers import (
     exit_codes,
     last_event,
     rank_pid,
-    wait_for_event,
+    tagged_lines,
+    wait_for_events,
 )
 
 SCRIPT = ROOT / "tests" / "drivers" / "library_script.py"
@@ -66,9 +66,10 @@ def job_dir_of(tmp_path: Path) -> Path:
 
 
 def connected(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("CONNECTED ")]
-    assert len(lines) == 1, stdout
-    return json.loads(lines[0][len("CONNECTED "):])
+    """The script connected once, and said what it saw."""
+    reports = tagged_lines(stdout, "CONNECTED")
+    assert len(reports) == 1, stdout
+    return reports[0]
 
 
 def assert_every_rank_ended_with(job_dir: Path, ranks: int, code: int) -> None:
@@ -193,7 +194,7 @@ def test_a_lost_worker_node_is_logged_and_the_script_goes_on(tmp_path):
         job_dir = job_dir_of(tmp_path)
         raylet = [pid for pid in last_event(job_dir, 2, "node_pids")["pids"] if psutil.Process(pid).name() == "raylet"]
         os.kill(raylet[0], signal.SIGKILL)
-        assert wait_for_event(job_dir, 0, "node_lost", timeout=60)["peer"] == 2
+        assert wait_for_events(job_dir / "rank-0000.jsonl", "node_lost", timeout=60)[-1]["peer"] == 2
         marker.touch()
         out, err = finish(proc, timeout=120)
     finally:
@@ -228,7 +229,7 @@ def test_a_stop_signal_during_mpi_finalize_changes_no_ranks_exit_code(tmp_path):
         read_until(proc, "EXITING")
         job_dir = job_dir_of(tmp_path)
         for rank in (0, 1):
-            wait_for_event(job_dir, rank, "exit", timeout=60)
+            wait_for_events(job_dir / f"rank-{rank:04d}.jsonl", "exit", timeout=60)[-1]
         ranks = [rank_pid(job_dir, rank) for rank in (0, 1)]
         time.sleep(1)  # into the exit functions
         for pid in ranks:

@@ -7,14 +7,13 @@ they start: the driver stays 35 s, and Ray's own logs of every node are read too
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
 from mpiray.raynode import commands
 
-from helpers import ROOT, error_lines, launch
+from helpers import ROOT, error_lines, launch, tagged_lines
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +24,8 @@ def job_of_35_s(tmp_path_factory):
                  tag="metrics", timeout=180)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.seconds > 35
-    (line,) = [line for line in run.stdout.splitlines() if line.startswith("METRICS ")]
-    return run, json.loads(line[len("METRICS "):])
+    (metrics,) = tagged_lines(run.stdout, "METRICS")
+    return run, metrics
 
 
 def test_a_35_s_job_prints_no_error_line(job_of_35_s):

@@ -24,6 +24,7 @@ from helpers import (
     alive_pids,
     as_another_user,
     assert_nothing_left,
+    driver_report,
     last_event,
     launch,
     launcher_argv,
@@ -47,12 +48,6 @@ def private_dirs(job_dir: Path) -> list[str]:
             if record["event"] == "private_dir"]
 
 
-def line(stdout: str, tag: str) -> dict:
-    found = [text for text in stdout.splitlines() if text.startswith(tag + " ")]
-    assert found, f"no {tag} line in:\n{stdout}"
-    return json.loads(found[-1][len(tag) + 1:])
-
-
 def assert_no_world_writable(root: Path) -> None:
     for path in [root, *root.rglob("*")]:
         if not path.is_symlink():
@@ -73,13 +68,13 @@ def test_another_user_can_neither_read_nor_change_a_running_jobs_files(tmp_path,
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/attacked.py"), str(secret)],
                  tag="attacked")
     assert run.returncode == 0, run.stderr
-    attack = line(run.stdout, "ATTACK")
+    attack = driver_report(run.stdout, "ATTACK")
     assert attack.get("uid") == NOBODY, attack
     results = attack["results"]
     assert len(results) == 2 * 10  # every attack on both ranks' private dirs
     assert set(results.values()) == {"blocked"}, {k: v for k, v in results.items() if v != "blocked"}
     # Token and sockets untouched: a task ran on every node after the attack.
-    after = line(run.stdout, "AFTER")
+    after = driver_report(run.stdout, "AFTER")
     assert after["nodes"] == 2 and after["tasks_ran_on"] == 2
     assert "SECRET-KEY-MATERIAL" not in run.stdout + run.stderr + (run.job_dir / "driver.log").read_text()
     # Kept logs carry no world-writable entry; the private dirs (with the token) are gone.
@@ -97,7 +92,7 @@ def test_every_ray_node_keeps_its_files_in_its_ranks_private_dir(tmp_path):
     mpiray points it at the rank's own dir itself and says so in the rank's log."""
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/session_dirs.py")], tag="sessions")
     assert run.returncode == 0, run.stderr
-    seen = line(run.stdout, "SESSIONS")
+    seen = driver_report(run.stdout, "SESSIONS")
     private = {int(rank): path for rank, path in seen["private"].items()}
     assert sorted(private) == [0, 1] and len(seen["nodes"]) == 2  # a task ran on each node
     for name, dirs in seen["nodes"].items():
@@ -146,7 +141,7 @@ def test_a_neighbour_holding_rays_file_locks_in_tmp_stalls_no_checkpoint(tmp_pat
         neighbour.kill()
         neighbour.wait(timeout=10)
     assert run.returncode == 0, run.stderr[-3000:]
-    locks = line(run.stdout, "LOCKS")
+    locks = driver_report(run.stdout, "LOCKS")
     assert len(locks) == 3, locks  # the driver and a task on each of the 2 nodes
     private = private_dirs(run.job_dir)
     for place, lock_dir in locks.items():
@@ -254,7 +249,7 @@ with ray_cluster(os.environ, num_cpus=1):
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "HOME": str(home)},
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = line(result.stdout, "REPORT")
+    report = driver_report(result.stdout, "REPORT")
     assert report["auth_mode"] == "token"
     assert report["connected"] is False  # a client without the token is refused
     assert set(report["attack"]["results"].values()) == {"blocked"}, report["attack"]

@@ -17,7 +17,7 @@ import pytest
 
 from mpiray.logs.report.jobdir import read_job
 
-from helpers import JOBS, PYTHON, ROOT, driver_report, field, rank_logs, show_timings, wait_for_file_text
+from helpers import JOBS, PYTHON, ROOT, driver_report, field, rank_logs, show_timings, wait_for_text
 
 JOB_TIMEOUT_S = 300
 PROBE = ROOT / "tests" / "drivers" / "probe.py"
@@ -87,7 +87,7 @@ def test_qdel_gives_the_driver_its_grace_within_kill_delay_and_leaves_nothing(pb
     driver = [PYTHON, str(CHECKPOINT), str(marker), "--save-seconds", "3"]
     job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS,
                              variables=pbs_jobs.variables(driver, MPIRAY_STOP_GRACE="15"))
-    wait_for_file_text(pbs_jobs.workdir, f"*.o{short(job_id)}", "READY 3 nodes", JOB_TIMEOUT_S)
+    wait_for_text(pbs_jobs.workdir, f"*.o{short(job_id)}", "READY 3 nodes", JOB_TIMEOUT_S)
     deleted = time.time()
     assert pbs_testbed.run(["qdel", job_id], timeout=30).returncode == 0
     record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
@@ -140,16 +140,6 @@ def test_a_select_without_ncpus_is_named_as_the_cause(pbs_testbed, pbs_jobs):
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 
 
-def wait_for_path(root: Path, pattern: str, timeout: float) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(root.glob(pattern))
-        if found:
-            return found[0]
-        time.sleep(0.5)
-    pytest.fail(f"nothing matches {root}/{pattern} within {timeout:.0f} s")
-
-
 @pytest.mark.train
 def test_a_short_walltime_ends_the_training_with_a_checkpoint_before_pbs_kills_the_job(pbs_testbed, pbs_jobs,
                                                                                         capsys, request):
@@ -176,7 +166,7 @@ def test_qrerun_continues_the_training_from_its_last_checkpoint(pbs_testbed, pbs
     job_id = pbs_jobs.submit(JOBS / "pbs_multi_node.sh", *THREE_HOSTS, variables=pbs_jobs.variables(driver))
     results = pbs_jobs.workdir / "results"
     # The first checkpoint (iteration 2): four iterations left, so the first run cannot finish before the qrerun.
-    wait_for_path(results, "*/*/checkpoint_000000", JOB_TIMEOUT_S)
+    wait_for_text(results, "*/*/checkpoint_000000")
     (experiment,) = results.iterdir()
     rerun = time.time()
     assert pbs_testbed.run(["qrerun", job_id], timeout=120).returncode == 0  # blocks until requeued

@@ -18,10 +18,11 @@ import pytest
 from mpiray.logs.events import read_events
 from mpiray.logs.report.jobdir import read_job
 
-from helpers import JOBS, PYTHON, ROOT, driver_report, show_timings
+from helpers import JOBS, PYTHON, ROOT, driver_report, events_of, show_timings, tagged_lines, wait_for_events
 from pbs import testbed
 
 JOB_TIMEOUT_S = 300
+AUTOSCALER_LOG = "autoscaler-rank-0000.jsonl"  # rank 0's autoscaler's events
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 ONE_HOST = ("-l", "select=1:ncpus=2", "-l", "walltime=00:10:00", "-k", "doe")
 
@@ -70,18 +71,7 @@ def wait_until_no_worker_job(bed: testbed.Testbed, cluster: str, timeout: float)
 
 
 def autoscaler_events(job_dir: Path) -> list[tuple[str, dict]]:
-    path = job_dir / "autoscaler-rank-0000.jsonl"
-    return [(r["event"], r["fields"]) for r in read_events(path)] if path.exists() else []
-
-
-def wait_for_events(job_dir: Path, name: str, count: int, timeout: float = JOB_TIMEOUT_S) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [fields for event, fields in autoscaler_events(job_dir) if event == name]
-        if len(found) >= count:
-            return found
-        time.sleep(0.5)
-    pytest.fail(f"fewer than {count} {name} in {job_dir}: {autoscaler_events(job_dir)}")
+    return [(r["event"], r["fields"]) for r in events_of(job_dir / AUTOSCALER_LOG)]
 
 
 def test_the_elastic_script_grows_to_three_nodes_with_worker_jobs_and_they_go_with_it(pbs_testbed, pbs_jobs, elastic,
@@ -93,7 +83,7 @@ def test_the_elastic_script_grows_to_three_nodes_with_worker_jobs_and_they_go_wi
     ended = time.monotonic()
     output = "".join(p.read_text() for p in pbs_jobs.workdir.glob(f"*.o{short(job_id)}"))
     assert record["Exit_status"] == 0, output[-3000:]
-    ready, ran = [json.loads(line[len("ELASTIC "):]) for line in output.splitlines() if line.startswith("ELASTIC ")]
+    ready, ran = tagged_lines(output, "ELASTIC")
     assert ready["placement_group_ready"] and ready["nodes"] == 3 and ran == {"ran_on": 3}
     job_dir = pbs_jobs.workdir / "logs" / short(job_id)
     submitted = [fields["job"] for name, fields in autoscaler_events(job_dir) if name == "job_submitted"]
@@ -112,7 +102,7 @@ def test_a_deleted_worker_job_is_replaced_while_the_work_goes_on(pbs_testbed, pb
     job_id = pbs_jobs.submit(JOBS / "pbs_elastic.sh", *ONE_HOST,
                              variables=elastic_variables(pbs_jobs, registry, template, "tasks"))
     job_dir = pbs_jobs.workdir / "logs" / short(job_id)
-    victim = wait_for_events(job_dir, "node_joined", 2)[0]["job"]
+    victim = wait_for_events(job_dir / AUTOSCALER_LOG, "node_joined", 2, JOB_TIMEOUT_S)[0]["job"]
     assert pbs_testbed.run(["qdel", victim], timeout=60).returncode == 0
     record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S * 2)
     output = "".join(p.read_text() for p in pbs_jobs.workdir.glob(f"*.o{short(job_id)}"))
@@ -131,7 +121,7 @@ def test_the_worker_jobs_go_within_a_minute_when_the_head_job_does(pbs_testbed, 
     job_id = pbs_jobs.submit(JOBS / "pbs_elastic.sh", *ONE_HOST,
                              variables=elastic_variables(pbs_jobs, registry, template, "spread", "3", "600"))
     job_dir = pbs_jobs.workdir / "logs" / short(job_id)
-    workers = [fields["job"] for fields in wait_for_events(job_dir, "node_joined", 2)]
+    workers = [fields["job"] for fields in wait_for_events(job_dir / AUTOSCALER_LOG, "node_joined", 2, JOB_TIMEOUT_S)]
     pbs_jobs.ids += workers
     if how == "qdel":
         assert pbs_testbed.run(["qdel", job_id], timeout=60).returncode == 0

@@ -22,20 +22,16 @@ from helpers import (
     JOB_TIMEOUT_S,
     PYTHON,
     ROOT,
-    START_RAY,
     client_server_logs,
     driver_report,
     rank_events,
+    tagged_lines,
+    wait_for_text,
 )
 from slurm import fixture
 from slurm.fixture import start
 
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
-
-
-def srun(bed, jobs, tmp_path: Path, nodes: int, *args: str, name: str = "") -> list[str]:
-    return ["srun", f"--job-name={name or jobs.name}", f"-N{nodes}", f"-n{nodes}", "--cpus-per-task=2", "--mpi=pmi2",
-            f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *args]
 
 
 def wait_for_cluster(registry: Registry, timeout: float = JOB_TIMEOUT_S) -> str:
@@ -66,13 +62,13 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
         slurm_testbed, jobs, tmp_path, private_registry):
     bed, registry = slurm_testbed, Registry(private_registry)
     marker = tmp_path / "go"
-    head = start(bed, srun(bed, jobs, tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "3", str(marker)),
+    head = start(bed, jobs.srun(tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "3", str(marker)),
                  tmp_path / "head.out")
     try:
         cluster = wait_for_cluster(registry)
         jobs.ids.append(cluster)
-        joiner = start(bed, srun(bed, jobs, tmp_path, 2, "--join", cluster), tmp_path / "join.out")
-        ready = driver_report(_wait_for_text(tmp_path / "head.out", "ELASTIC "), "ELASTIC")
+        joiner = start(bed, jobs.srun(tmp_path, 2, "--join", cluster), tmp_path / "join.out")
+        ready = driver_report(wait_for_text(tmp_path, "head.out", "ELASTIC ").read_text(), "ELASTIC")
         assert ready == {"ready": 3, "ran_on": 3}  # a task ran on each of the joined job's nodes too
         # From the login host: no raylet of the cluster in its process table, as on a site's login node.
         listed = json.loads(login(bed, "list", "--json").stdout)
@@ -110,17 +106,17 @@ def test_a_join_that_cannot_work_fails_at_once_with_its_reason(slurm_testbed, jo
                                                                 problem):
     bed, registry = slurm_testbed, Registry(private_registry)
     if problem == "gone":
-        argv, expected, cause = srun(bed, jobs, tmp_path, 1, "--join", "424242"), "no running cluster '424242'", \
+        argv, expected, cause = jobs.srun(tmp_path, 1, "--join", "424242"), "no running cluster '424242'", \
             "no_such_cluster"
         head = None
     else:
         marker = tmp_path / "go"
-        head = start(bed, srun(bed, jobs, tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "1", str(marker)),
+        head = start(bed, jobs.srun(tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "1", str(marker)),
                      tmp_path / "head.out")
         cluster = wait_for_cluster(registry)
         jobs.ids.append(cluster)
         env = {}
-        argv = srun(bed, jobs, tmp_path, 1, "--join", cluster)
+        argv = jobs.srun(tmp_path, 1, "--join", cluster)
         if problem == "token":
             registry.token_path(cluster).write_text("0" * 64)
             expected, cause = "InvalidAuthToken", "foreign_gcs"
@@ -136,7 +132,7 @@ def test_a_join_that_cannot_work_fails_at_once_with_its_reason(slurm_testbed, jo
             theirs = tmp_path / "theirs"
             theirs.mkdir()
             os.chown(theirs, 65534, 65534)
-            argv = srun(bed, jobs, tmp_path, 1, "--join", cluster, "--registry", str(theirs))
+            argv = jobs.srun(tmp_path, 1, "--join", cluster, "--registry", str(theirs))
             expected, cause = "is not a directory of yours", "config"
     started = time.monotonic()
     result = bed.run(argv, env=bed.env({**os.environ, **(env if head else {})}), timeout=JOB_TIMEOUT_S)
@@ -153,15 +149,6 @@ def test_a_join_that_cannot_work_fails_at_once_with_its_reason(slurm_testbed, jo
     assert [f["cause"] for f in failures] == [cause], failures
     for job_id in dict.fromkeys(jobs.ids + jobs.ended_ids()):
         jobs.wait_until_gone(job_id)
-
-
-def _wait_for_text(path: Path, text: str, timeout: float = JOB_TIMEOUT_S) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return path.read_text()
-        time.sleep(0.3)
-    pytest.fail(f"{path} never said {text!r}")
 
 
 # ---- elastic: Ray's autoscaler, worker jobs -------------------------------------------------------
@@ -189,8 +176,8 @@ def wait_until_no_worker_job(bed, cluster: str, timeout: float) -> float:
 
 
 def autoscaled(bed, jobs, tmp_path: Path, bounds: str, *driver: str, cooldown: float = 20) -> list[str]:
-    return srun(bed, jobs, tmp_path, 1, "--autoscale", bounds, "--worker-cpus", "2", "--cooldown", f"{cooldown:g}",
-                "--", PYTHON, str(DRIVER), *driver)
+    return jobs.srun(tmp_path, 1, "--autoscale", bounds, "--worker-cpus", "2", "--cooldown", f"{cooldown:g}",
+                     "--", PYTHON, str(DRIVER), *driver)
 
 
 def test_a_placement_group_that_needs_three_nodes_grows_the_cluster_then_every_worker_job_ends(
@@ -199,7 +186,7 @@ def test_a_placement_group_that_needs_three_nodes_grows_the_cluster_then_every_w
     result = bed.run(autoscaled(bed, jobs, tmp_path, "1:3", "spread", "3"), timeout=JOB_TIMEOUT_S)
     ended = time.monotonic()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = [json.loads(line[len("ELASTIC "):]) for line in result.stdout.splitlines() if line.startswith("ELASTIC ")]
+    lines = tagged_lines(result.stdout, "ELASTIC")
     assert lines[0]["placement_group_ready"] and lines[0]["nodes"] == 3 and lines[1] == {"ran_on": 3}
     (job_dir,) = (tmp_path / "logs").glob("*/autoscaler-rank-0000.jsonl")
     cluster = job_dir.parent.name
@@ -262,8 +249,8 @@ def test_a_worker_job_at_the_end_of_its_walltime_drains_leaves_and_is_replaced_w
     # A 2-minute walltime: Slurm sends the worker job's SIGTERM (--signal=TERM@60) 30-60 s after it starts.
     template.write_text(f"#SBATCH --partition={bed.partition}\n#SBATCH --time=2\n")
     marker = tmp_path / "enough"
-    argv = srun(bed, jobs, tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "60",
-                "--worker-job", str(template), "--", PYTHON, str(DRIVER), "busy", str(marker))
+    argv = jobs.srun(tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "60",
+                     "--worker-job", str(template), "--", PYTHON, str(DRIVER), "busy", str(marker))
     head = start(bed, argv, tmp_path / "head.out")
     try:
         cluster = wait_for_cluster(Registry(private_registry))
@@ -310,7 +297,7 @@ def test_the_worker_jobs_end_within_a_minute_when_the_head_job_does(slurm_testbe
     try:
         cluster = wait_for_cluster(Registry(private_registry))
         jobs.ids.append(cluster)
-        _wait_for_text(tmp_path / "head.out", '"ran_on": 3')  # the worker jobs' nodes are part of the cluster
+        wait_for_text(tmp_path, "head.out", '"ran_on": 3')  # the worker jobs' nodes are part of the cluster
         # SIGKILL of every process of the head job: nobody of it cancels anything.
         bed.run(["scancel", *(["--signal=KILL", "--full"] if how == "sigkill" else []), cluster], timeout=60, check=True)
         killed = time.monotonic()
@@ -351,7 +338,7 @@ def test_the_elastic_scripts_default_driver_grows_the_cluster_past_its_minimum(s
     job_id = jobs.submit(ROOT / "jobs" / "slurm_elastic.sh", tmp_path, env, "--cpus-per-task=2")
     output = tmp_path / f"{jobs.name}-{job_id}.out"
     try:
-        _wait_for_text(output, "[train] 3 trials of PPO")
+        wait_for_text(output.parent, output.name, "[train] 3 trials of PPO")
         autoscaler = tmp_path / "logs" / job_id / "autoscaler-rank-0000.jsonl"
         deadline = time.monotonic() + JOB_TIMEOUT_S
         while len(_autoscaler_events(autoscaler, "node_joined")) < 2:  # the cluster's maximum: 1 + 2 worker jobs
@@ -375,8 +362,8 @@ def test_an_elastic_clusters_worker_job_nodes_carry_learners(slurm_testbed, jobs
     worker job, its node takes learners, and they train with the head's over gloo on each node's network."""
     bed = slurm_testbed
     plain = ROOT / "tests" / "drivers" / "plain_rllib.py"
-    result = bed.run(srun(bed, jobs, tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "20",
-                          "--", PYTHON, str(plain), "3"), timeout=JOB_TIMEOUT_S)
+    result = bed.run(jobs.srun(tmp_path, 1, "--autoscale", "1:3", "--worker-cpus", "2", "--cooldown", "20",
+                               "--", PYTHON, str(plain), "3"), timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     seen = driver_report(result.stdout, "PLAIN", result.stderr)
     (job_dir,) = (tmp_path / "logs").glob("*/autoscaler-rank-0000.jsonl")

@@ -20,19 +20,13 @@ from mpiray.logs.events import read_events
 from mpiray.logs.report.jobdir import read_job
 from train.run import LOST_NODE_SIGNS
 
-from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, driver_report, exit_codes, rank_events
+from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
 
 pytestmark = pytest.mark.train
 PLAIN = ROOT / "tests" / "drivers" / "plain_rllib.py"
 RECIPES = ROOT / "jobs" / "recipes"
 LEARNERS_LINE = re.compile(r"^\[train\] learners: (\d+) on (\d+) nodes: (.*)$", re.M)
 PROGRESS = re.compile(r"^\[train\] \S+ iter (\d+) \| \d+ env steps \| return ([\d.]+)", re.M)
-
-
-def srun(bed, jobs, tmp_path: Path, nodes: int, *driver: str, options: tuple[str, ...] = ()) -> list[str]:
-    return ["srun", f"--job-name={jobs.name}", f"-N{nodes}", f"-n{nodes}", "--cpus-per-task=2", "--mpi=pmi2",
-            f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *options, "--",
-            *driver]
 
 
 def trainer(tmp_path: Path, *flags: str) -> list[str]:
@@ -48,8 +42,8 @@ def job_dir_of(tmp_path: Path, jobs) -> Path:
 @pytest.mark.timeout(JOB_TIMEOUT_S * 2)
 def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm_testbed, jobs, tmp_path):
     bed = slurm_testbed
-    result = bed.run(srun(bed, jobs, tmp_path, 3, *trainer(tmp_path, "--num-learners", "3", "--stop-reward", "60",
-                                                           "--stop-iters", "25")), timeout=JOB_TIMEOUT_S * 2)
+    result = bed.run(jobs.srun(tmp_path, 3, "--", *trainer(tmp_path, "--num-learners", "3", "--stop-reward", "60",
+                                                                "--stop-iters", "25")), timeout=JOB_TIMEOUT_S * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     (placed,) = LEARNERS_LINE.findall(output)  # as the learners themselves said
@@ -66,8 +60,8 @@ def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm
 @pytest.mark.timeout(JOB_TIMEOUT_S * 2)
 def test_dqn_with_two_learners_on_two_hosts(slurm_testbed, jobs, tmp_path):
     bed = slurm_testbed
-    result = bed.run(srun(bed, jobs, tmp_path, 2, *trainer(tmp_path, "--run", "DQN", "--num-learners", "2",
-                                                           "--stop-iters", "2")), timeout=JOB_TIMEOUT_S * 2)
+    result = bed.run(jobs.srun(tmp_path, 2, "--", *trainer(tmp_path, "--run", "DQN", "--num-learners", "2",
+                                                                "--stop-iters", "2")), timeout=JOB_TIMEOUT_S * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     (placed,) = LEARNERS_LINE.findall(output)
@@ -80,7 +74,7 @@ def test_a_users_own_rllib_script_with_three_learners_runs_with_no_variable_set(
     interface of its own address in GLOO_SOCKET_IFNAME (unset, gloo binds what the hostname resolves to:
     on many sites loopback or the management network)."""
     bed = slurm_testbed
-    result = bed.run(srun(bed, jobs, tmp_path, 3, PYTHON, str(PLAIN), "3"), timeout=JOB_TIMEOUT_S)
+    result = bed.run(jobs.srun(tmp_path, 3, "--", PYTHON, str(PLAIN), "3"), timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     seen = driver_report(result.stdout, "PLAIN", result.stderr)
     assert len(seen["learners"]) == 3 and len({ip for ip, _ in seen["learners"]}) >= 2  # RLlib's own placement
@@ -92,7 +86,7 @@ def test_a_users_own_rllib_script_with_three_learners_runs_with_no_variable_set(
 def test_more_learners_than_the_nodes_hold_is_refused_in_seconds_with_what_fits(slurm_testbed, jobs, tmp_path):
     bed = slurm_testbed
     started = time.monotonic()
-    result = bed.run(srun(bed, jobs, tmp_path, 3, *trainer(tmp_path, "--num-learners", "4")), timeout=JOB_TIMEOUT_S)
+    result = bed.run(jobs.srun(tmp_path, 3, "--", *trainer(tmp_path, "--num-learners", "4")), timeout=JOB_TIMEOUT_S)
     took = time.monotonic() - started
     assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
     assert "4 learners, but the cluster's nodes can hold 3" in result.stderr and "--num-learners 3 or fewer" in \
@@ -108,7 +102,7 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
     with --resume continues from that checkpoint."""
     bed = slurm_testbed
     flags = ["--num-learners", "3", "--stop-iters", "6", "--stop-reward", "none", "--train-batch-size", "1000"]
-    argv = srun(bed, jobs, tmp_path, 3, *trainer(tmp_path, *flags))
+    argv = jobs.srun(tmp_path, 3, "--", *trainer(tmp_path, *flags))
     out = tmp_path / "first.out"
     with open(out, "w") as sink:
         first = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
@@ -136,7 +130,7 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
     assert lost_ip in error or any(sign in error for sign in LOST_NODE_SIGNS), lost
     jobs.wait_until_gone(job_dir.name)
 
-    again = bed.run(srun(bed, jobs, tmp_path, 3, *trainer(tmp_path, *flags, "--resume")), timeout=JOB_TIMEOUT_S * 2)
+    again = bed.run(jobs.srun(tmp_path, 3, "--", *trainer(tmp_path, *flags, "--resume")), timeout=JOB_TIMEOUT_S * 2)
     output = again.stdout + again.stderr
     assert again.returncode == 0, output[-3000:]
     assert "continuing" in output and "from its last checkpoint" in output
@@ -173,7 +167,7 @@ def test_the_ray_train_recipe_runs_ddp_with_a_worker_on_each_host_in_step(slurm_
     State API, which the dashboard serves, and warns every few seconds where it cannot."""
     bed = slurm_testbed
     driver = [PYTHON, str(RECIPES / "ray_train_ddp.py"), "--workers", "3", "--storage-path", str(tmp_path / "r")]
-    result = bed.run(srun(bed, jobs, tmp_path, 3, *driver, options=("--dashboard",)), timeout=JOB_TIMEOUT_S * 2)
+    result = bed.run(jobs.srun(tmp_path, 3, "--dashboard", "--", *driver), timeout=JOB_TIMEOUT_S * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     report = driver_report(result.stdout, "RECIPE", result.stderr)
@@ -193,7 +187,7 @@ def test_the_ray_tune_recipe_runs_its_trials_on_every_host(slurm_testbed, jobs, 
     the best of the grid found; no trial failed."""
     bed = slurm_testbed
     driver = [PYTHON, str(RECIPES / "ray_tune_search.py"), "--steps", "10", "--storage-path", str(tmp_path / "r")]
-    result = bed.run(srun(bed, jobs, tmp_path, 3, *driver), timeout=JOB_TIMEOUT_S * 2)
+    result = bed.run(jobs.srun(tmp_path, 3, "--", *driver), timeout=JOB_TIMEOUT_S * 2)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     report = driver_report(result.stdout, "RECIPE", result.stderr)
     assert (report["best_x"], report["trials"], report["errors"]) == (2, 6, 0)

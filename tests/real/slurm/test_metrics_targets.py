@@ -17,7 +17,7 @@ import pytest
 
 from mpiray.elastic.registry import Registry
 
-from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, driver_report
+from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report
 from slurm import fixture
 from slurm.fixture import start
 
@@ -25,11 +25,6 @@ pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="Debian's prometheus is not installed (tests/slurm/install.sh installs it)")
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 SCRAPE_S = 1  # Prometheus's scrape and file_sd refresh interval here
-
-
-def srun(jobs, tmp_path: Path, nodes: int, *args: str) -> list[str]:
-    return ["srun", f"--job-name={jobs.name}", f"-N{nodes}", f"-n{nodes}", "--cpus-per-task=1", "--mpi=pmi2",
-            f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"), *args]
 
 
 def finish(proc: subprocess.Popen, timeout: float = JOB_TIMEOUT_S) -> int:
@@ -93,7 +88,7 @@ def test_prometheus_scrapes_every_node_as_nodes_join_and_leave(slurm_testbed, jo
                                                                prometheus):
     bed, registry = slurm_testbed, Registry(private_registry)
     marker, joined_marker = tmp_path / "go", tmp_path / "joined-go"
-    head = start(bed, srun(jobs, tmp_path, 3, "--", PYTHON, str(DRIVER), "wait-nodes", "3", str(marker)),
+    head = start(bed, jobs.srun(tmp_path, 3, "--", PYTHON, str(DRIVER), "wait-nodes", "3", str(marker), cpus=1),
                  tmp_path / "head.out")
     joiner = None
     try:
@@ -105,8 +100,8 @@ def test_prometheus_scrapes_every_node_as_nodes_join_and_leave(slurm_testbed, jo
         assert sorted(target["labels"]["instance"].split(":")[0] for target in up) == bed.node_ips
         assert {target["labels"]["mpiray_cluster"] for target in up} == {cluster}
 
-        joiner = start(bed, srun(jobs, tmp_path, 1, "--join", cluster, "--", PYTHON, str(DRIVER), "wait-nodes", "4",
-                                 str(joined_marker)), tmp_path / "join.out")
+        joiner = start(bed, jobs.srun(tmp_path, 1, "--join", cluster, "--", PYTHON, str(DRIVER), "wait-nodes", "4",
+                                      str(joined_marker), cpus=1), tmp_path / "join.out")
         wait_for(lambda: len(up_targets(port)) == 4, "the joined job's node up too")
         (mine,) = [path for path in targets_dir.iterdir() if path.name != f"{cluster}.json"]
         joined_marker.touch()  # the joined job's driver ends: its node leaves, and so does its file

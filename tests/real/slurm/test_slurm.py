@@ -24,7 +24,18 @@ import pytest
 from mpiray.batch import environment
 from mpiray.logs.events import read_events
 
-from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, driver_report, field, rank_logs, show_timings, wait_for_file_text
+from helpers import (
+    JOB_TIMEOUT_S,
+    JOBS,
+    PYTHON,
+    START_RAY,
+    driver_report,
+    field,
+    rank_logs,
+    show_timings,
+    tagged_lines,
+    wait_for_text,
+)
 from slurm import testbed
 from slurm.fixture import Jobs
 
@@ -192,8 +203,7 @@ def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, 
     assert result.returncode == code, result.stdout + result.stderr
     (job_dir,) = (tmp_path / "logs").iterdir()
     jobs.ids.append(job_dir.name)
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("CONNECTED ")]
-    seen = json.loads(line[len("CONNECTED "):])
+    (seen,) = tagged_lines(result.stdout, "CONNECTED")
     assert seen["initialized"] and seen["nodes"] == 3 and seen["ran_on"] == 3  # a task ran on each host
     assert "RANK 1:" not in result.stdout and "RANK 2:" not in result.stdout  # they served, never returned
     logs = rank_logs(job_dir, 3)
@@ -254,7 +264,7 @@ def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
          "--cpus-per-task=2", str(JOBS / "slurm_multi_node.sh")],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        rank0 = wait_for_file_text(tmp_path, "logs/*/rank-0000.jsonl", '"event": "driver_exited"')
+        rank0 = wait_for_text(tmp_path, "logs/*/rank-0000.jsonl", '"event": "driver_exited"')
         job_id = rank0.parent.name
         jobs.ids.append(job_id)
         result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
@@ -321,7 +331,7 @@ def test_scancel_gives_the_driver_its_grace_then_every_rank_stops(
                    MPIRAY_STOP_GRACE=str(grace))
     job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
     job_dir = tmp_path / "logs" / job_id
-    wait_for_file_text(job_dir, "driver.log", "READY 3 nodes")
+    wait_for_text(job_dir, "driver.log", "READY 3 nodes")
     running = testbed.job_processes(slurm_testbed, job_id)
     assert any("/raylet " in command for command in running.values())  # the Ray nodes run
 

@@ -19,23 +19,10 @@ import pytest
 
 from train.run import EXPERIMENT_STATE_PERIOD_S
 
-from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, show_timings
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, show_timings, wait_for_text
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 REQUEUE_BATCH = 2000  # env steps per iteration in the requeue test (the last --train-batch-size wins)
-
-
-def wait_for(path_or_glob, pattern: str, timeout: float, root: Path | None = None) -> str:
-    """The text of the first file (a path, or a glob under root) whose text matches pattern."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        paths = sorted(root.glob(path_or_glob)) if root is not None else [Path(path_or_glob)]
-        for path in paths:
-            text = path.read_text(errors="replace") if path.is_file() else ""
-            if path.exists() and re.search(pattern, text):
-                return text
-        time.sleep(0.5)
-    pytest.fail(f"no {path_or_glob} matching {pattern!r} within {timeout:.0f} s")
 
 
 def progress_rows(experiment_dir: Path) -> list[dict]:
@@ -62,7 +49,7 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
     # Requeue and an output file that keeps the first run's lines: what jobs/slurm_multi_node.sh asks for.
     job_id = jobs.submit(JOBS / "slurm_multi_node.sh", tmp_path, env, "--cpus-per-task=2")
     results = tmp_path / "results"
-    wait_for("*/*/checkpoint_000001", "", JOB_TIMEOUT_S, root=results)  # the second checkpoint
+    wait_for_text(results, "*/*/checkpoint_000001")  # the second checkpoint
     (experiment,) = results.iterdir()
     time.sleep(2 * EXPERIMENT_STATE_PERIOD_S + 1)  # Tune's saved state names it (or a newer one)
     requeued = time.time()
@@ -122,7 +109,7 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
     try:
         killed = {}
         for rank, after in ((1, 3), (2, 6)):
-            wait_for("*/driver.log", rf" iter {after} \|", JOB_TIMEOUT_S, root=log_dir)
+            wait_for_text(log_dir, "*/driver.log", re.compile(rf" iter {after} \|"))
             (job_dir,) = log_dir.iterdir()
             pids = field(rank_logs(job_dir, 3)[rank], "node_pids", "pids")
             raylet = next(pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).name() == "raylet")
