@@ -108,7 +108,7 @@ def logged_pids(job_dir: Path) -> list[int]:
 
 def causes(job_dir: Path) -> dict[str, list[int]]:
     """What `mpiray logs` says the job failed of: cause -> the ranks it names."""
-    return {found["cause"]: found["ranks"] for found in read_job(job_dir)["causes"]}
+    return {found.cause: found.ranks for found in read_job(job_dir).causes}
 
 
 def wait_for_events(log: Path, name: str, count: int = 1, timeout: float = 120) -> list[dict]:

@@ -1,5 +1,6 @@
-"""Sample jobs' events, as ranks write them, for the tests of `mpiray logs`' pure parts (tests/logs/report/)
-and of its reading of real jobs (test_joblogs.py): a clean 2-rank job, a failed start, a start-up timeout."""
+"""Sample jobs' events, as ranks write them, for the tests of `mpiray logs`' pure parts (tests/unit/logs/report/)
+and of its reading of real jobs (tests/real/local/test_joblogs.py): a clean 2-rank job, a failed start, a start-up
+timeout; and a row of the cluster table with what the classifier reads of it (entry)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from pathlib import Path
 from mpiray.logs.events import KINDS
 from mpiray.logs.report import timeline
 from mpiray.logs.report.analyse import analyse as analyse_logs
+from mpiray.logs.report.model import RankEntry
+
+
+def entry(rank: int, status: str = "ok", cause: str = "", error: str = "", exit_code: int | None = 1) -> RankEntry:
+    """A row of the cluster table with what the classifier reads of it (the rest empty)."""
+    return RankEntry(rank=rank, host="", pid=None, ip="", resources={}, resources_text="", joined_s=None, status=status,
+                     exit_code=exit_code, log="", has_log=True, logged_until_s=None, first_s=None, last_s=None,
+                     last_step="", join_slot_s=None, join_attempts=1, error=error, error_s=None, cause=cause,
+                     launched_s=None, mpi_ready_s=None, stopped=None)
 
 
 def rec(stamp: str, rank: int, host: str, process: int, event: str, **fields) -> dict:

@@ -8,9 +8,9 @@ timeline image (`--png`). Reading is pure functions over the events, so a failed
 partial logs (a log that stops mid-way, ranks without a log) read as well as a clean one's. Times
 are seconds after the job's first event, on the ranks' own clocks.
 
-In reading order: parse (one rank's events -> facts), classify (failures -> causes), analyse (all
-ranks -> the report), jobdir (where a job's logs are), render (the report as text), timeline (as an
-image); the command is here.
+In reading order: model (the report's shape, typed), parse (one rank's events -> facts), classify
+(failures -> causes), analyse (all ranks -> the report), jobdir (where a job's logs are), render (the
+report as text), timeline (as an image); the command is here.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         print(f"mpiray logs: cannot read the job's logs: {error}", file=sys.stderr)
         return 2
     try:
-        print(json.dumps(report, indent=2) if args.json else format_report(report), flush=True)
+        print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report), flush=True)
     except BrokenPipeError:  # `mpiray logs JOB | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -1,4 +1,4 @@
-"""All ranks' facts (parse.py) joined into the job's report, plain data as `--json` prints it: the
+"""All ranks' facts (parse.py) joined into the job's report (model.JobReport, which `--json` prints): the
 cluster table's rows, each rank's time line, the start-up phases, the first error, why each rank
 that never reported did not, each node's manifest, and why the job failed (classify.py). Times are
 seconds after the job's first event, on the ranks' clocks."""
@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from mpiray.logs.report import elastic
 from mpiray.logs.report.classify import CAUSES, classify
+from mpiray.logs.report.model import FoundCause, JobReport, Phase, RankEntry
 from mpiray.logs.report.parse import EPOCH, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
@@ -21,11 +22,11 @@ SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
             ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
             joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
-            autoscaler: list[dict] | None = None, trainer: list[dict] | None = None) -> dict:
-    """Every rank's events (rank -> (its human log's path, its records)) -> the job's report: plain data,
-    as `--json` prints it. ray_logs: rank -> the text of what its Ray wrote (classify.py reads it);
-    joins: the jobs that joined this cluster, job id -> their ranks' events; autoscaler, trainer: their events
-    (the trainer's: where its learners ran, a learner's node lost).
+            autoscaler: list[dict] | None = None, trainer: list[dict] | None = None) -> JobReport:
+    """Every rank's events (rank -> (its human log's path, its records)) -> the job's report.
+    ray_logs: rank -> the text of what its Ray wrote (classify.py reads it); joins: the jobs that joined this
+    cluster, job id -> their ranks' events; autoscaler, trainer: their events (the trainer's: where its
+    learners ran, a learner's node lost).
 
     Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
     when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
@@ -44,37 +45,37 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
 
     head_alive = head.joined if head else None
     ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
-    unfinished = [entry for entry in ranks if entry["has_log"] and entry["exit_code"] is None]
+    unfinished = [entry for entry in ranks if entry.has_log and entry.exit_code is None]
     changed_s = _drawn_until(unfinished, rel(changed)) if unfinished else None
     _relay_job_errors(head, ranks, size, rel)
     first_error = _first_error(facts, rel)
     if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
-        first_error["log"] = ranks[first_error["rank"]]["log"]
+        first_error["log"] = ranks[first_error["rank"]].log
     exit_code = _exit_code(head, ranks)
-    return {
-        "job_id": job_id,
-        "job_dir": job_dir,
-        "ranks": size,
-        "hosts": sorted({entry["host"] for entry in ranks if entry["host"]}, key=_natural),
-        "started": None if t0 is None else _stamp(t0),
-        "exit_code": exit_code,
-        "driver": head.driver if head else "",
-        "driver_exit_code": head.driver_code if head else None,
-        "batch_job": head.batch_job if head else None,
-        "earlier_runs": max((f.earlier_runs for f in facts.values()), default=0),
-        "cluster": ranks,
-        "phases": _phases(head, ranks, facts, rel),
-        "first_error": first_error,
-        "never_reported": [_never_reported(entry, facts.get(entry["rank"]), rel) for entry in ranks
-                           if entry["status"] in (NEVER_REPORTED, FAILED) and entry["joined_s"] is None],
-        "unfinished": [entry["rank"] for entry in unfinished],
-        "job_dir_changed_s": changed_s,
+    return JobReport(
+        job_id=job_id,
+        job_dir=job_dir,
+        ranks=size,
+        hosts=sorted({entry.host for entry in ranks if entry.host}, key=_natural),
+        started=None if t0 is None else _stamp(t0),
+        exit_code=exit_code,
+        driver=head.driver if head else "",
+        driver_exit_code=head.driver_code if head else None,
+        batch_job=head.batch_job if head else None,
+        earlier_runs=max((f.earlier_runs for f in facts.values()), default=0),
+        cluster=ranks,
+        phases=_phases(head, ranks, facts, rel),
+        first_error=first_error,
+        never_reported=[_never_reported(entry, facts.get(entry.rank), rel) for entry in ranks
+                        if entry.status in (NEVER_REPORTED, FAILED) and entry.joined_s is None],
+        unfinished=[entry.rank for entry in unfinished],
+        job_dir_changed_s=changed_s,
         **_notices(facts, rel),
-        "causes": _job_causes(ranks, facts, ray_logs or {}, exit_code, head, trainer),
-        "learners": [record["fields"] for record in trainer if record["event"] == "learners_placed"],
-        "manifests": {str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
+        causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head, trainer),
+        learners=[record["fields"] for record in trainer if record["event"] == "learners_placed"],
+        manifests={str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         **_elastic_report(logs, joins or {}, autoscaler or [], rel),
-    }
+    )
 
 
 def _this_runs_facts(logs: Mapping[int, tuple[str, list[dict]]]) -> dict[int, RankFacts]:
@@ -96,38 +97,40 @@ def _size(facts: Mapping[int, RankFacts], head: RankFacts | None) -> int:
     return max(size, max(facts, default=-1) + 1)
 
 
-def _drawn_until(unfinished: list[dict], changed_s: float | None) -> float | None:
+def _drawn_until(unfinished: list[RankEntry], changed_s: float | None) -> float | None:
     """Ranks with no exit line lived at least until the job dir last changed: their last segment goes on to
     then; returns that time."""
     for entry in unfinished:
-        entry["logged_until_s"] = entry["last_s"]
-        if changed_s is not None and entry["segments"] and changed_s > entry["segments"][-1][2]:
-            entry["segments"][-1][2] = changed_s
+        entry.logged_until_s = entry.last_s
+        if changed_s is not None and entry.segments and changed_s > entry.segments[-1][2]:
+            entry.segments[-1][2] = changed_s
     return changed_s
 
 
-def _relay_job_errors(head: RankFacts | None, ranks: list[dict], size: int, rel: Callable) -> None:
+def _relay_job_errors(head: RankFacts | None, ranks: list[RankEntry], size: int, rel: Callable) -> None:
     """A worker whose own log does not say it failed, where rank 0's does: rank 0's word."""
     for time, rank, _, _, message, cause in head.job_errors if head else ():
-        if rank != 0 and rank < size and not ranks[rank]["error"]:
-            ranks[rank].update(status=FAILED, error=message, error_s=rel(time), cause=cause)
+        if rank != 0 and rank < size and not ranks[rank].error:
+            entry = ranks[rank]
+            entry.status, entry.error, entry.error_s, entry.cause = FAILED, message, rel(time), cause
 
 
-def _exit_code(head: RankFacts | None, ranks: list[dict]) -> int | None:
+def _exit_code(head: RankFacts | None, ranks: list[RankEntry]) -> int | None:
     """Rank 0's exit code, else the one code every rank that exited gave, else unknown."""
     if head and head.exit_code is not None:
         return head.exit_code
-    codes = {entry["exit_code"] for entry in ranks if entry["exit_code"] is not None}
+    codes = {entry.exit_code for entry in ranks if entry.exit_code is not None}
     return next(iter(codes)) if len(codes) == 1 else None
 
 
-def _job_causes(ranks: list[dict], facts: Mapping[int, RankFacts], ray_logs: Callable[[int], str] | Mapping[int, str],
-                exit_code: int | None, head: RankFacts | None, trainer: list[dict]) -> list[dict]:
+def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
+                ray_logs: Callable[[int], str] | Mapping[int, str], exit_code: int | None, head: RankFacts | None,
+                trainer: list[dict]) -> list[FoundCause]:
     """classify.py's causes; a failed driver whose trainer lost a learner's node failed of that."""
     causes = classify(ranks, facts, ray_logs, exit_code, head.driver_code if head else None)
     lost = [record["fields"] for record in trainer if record["event"] == "learner_node_lost"]
     if lost and exit_code not in (0, None):
-        causes = [learner_cause(lost)] + [c for c in causes if c["cause"] != "driver_failed"]
+        causes = [learner_cause(lost)] + [c for c in causes if c.cause != "driver_failed"]
     return causes
 
 
@@ -160,10 +163,11 @@ def _elastic_report(logs: Mapping[int, tuple[str, list[dict]]], joins: Mapping[s
     }
 
 
-def learner_cause(lost: list[dict]) -> dict:
+def learner_cause(lost: list[dict]) -> FoundCause:
     """The classifier's entry for the trainer's lost learner node(s)."""
-    return {"cause": "learner_node_lost", **vars(CAUSES["learner_node_lost"]), "ranks": [0],
-            "evidence": [f"trial {f.get('trial')}: {str(f.get('error', ''))[:200]}" for f in lost[:3]], "note": ""}
+    known = CAUSES["learner_node_lost"]
+    return FoundCause("learner_node_lost", known.title, known.fix, [0],
+                      [f"trial {f.get('trial')}: {str(f.get('error', ''))[:200]}" for f in lost[:3]])
 
 
 def _natural(name: str) -> list:
@@ -175,7 +179,8 @@ def _stamp(seconds: float) -> str:
     return (EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_alive: float | None, job_dir: str, rel) -> dict:
+def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_alive: float | None, job_dir: str,
+                rel) -> RankEntry:
     facts = facts or RankFacts(rank=rank)
     peer = peer or Peer()
     joined = facts.joined if facts.joined is not None else peer.joined
@@ -189,39 +194,38 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
     else:
         status = NEVER_REPORTED
     resources = facts.resources or peer.resources
-    entry = {
-        "rank": rank,
-        "host": facts.host or peer.host,
-        "pid": facts.pid,
-        "ip": facts.ip or peer.ip,
-        "resources": resources,
-        "resources_text": describe(resources),
-        "joined_s": None if idle else rel(joined),
-        "status": status,
-        "exit_code": facts.exit_code,
-        "log": facts.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),  # where it is, or would be
-        "has_log": facts.first is not None,
-        "logged_until_s": None,  # a log without an exit line: its last line (the bar goes on, hatched)
-        "first_s": rel(facts.first),
-        "last_s": rel(facts.last),
-        "last_step": facts.last_event,
-        "join_slot_s": rel(peer.join_slot),
-        "join_attempts": facts.join_attempts,
-        "error": facts.errors[0][1] if facts.errors else "",
-        "error_s": rel(facts.errors[0][0]) if facts.errors else None,
-        "cause": facts.errors[0][2] if facts.errors else "",
-        "launched_s": rel(facts.launched),
-        "mpi_ready_s": rel(facts.mpi_ready),
-        "stopped": {"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
-        if facts.stopped is not None else None,
-    }
     # A worker's `ray start` may go once rank 0 lets it (its head ALIVE, or a join slot): before that it waits.
     release = peer.join_slot if peer.join_slot is not None else (head_alive if rank else None)
-    entry["segments"] = _segments(facts, release, rel)
     # An error about the job (a startup timeout), not about this rank's node: marked, not "failed".
     own = [time for time, failed, *_ in facts.job_errors if failed == rank]
-    entry["job_error_s"] = rel(own[0]) if own else None
-    return entry
+    return RankEntry(
+        rank=rank,
+        host=facts.host or peer.host,
+        pid=facts.pid,
+        ip=facts.ip or peer.ip,
+        resources=resources,
+        resources_text=describe(resources),
+        joined_s=None if idle else rel(joined),
+        status=status,
+        exit_code=facts.exit_code,
+        log=facts.log or os.path.join(job_dir, f"rank-{rank:04d}.log"),
+        has_log=facts.first is not None,
+        logged_until_s=None,
+        first_s=rel(facts.first),
+        last_s=rel(facts.last),
+        last_step=facts.last_event,
+        join_slot_s=rel(peer.join_slot),
+        join_attempts=facts.join_attempts,
+        error=facts.errors[0][1] if facts.errors else "",
+        error_s=rel(facts.errors[0][0]) if facts.errors else None,
+        cause=facts.errors[0][2] if facts.errors else "",
+        launched_s=rel(facts.launched),
+        mpi_ready_s=rel(facts.mpi_ready),
+        stopped={"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
+        if facts.stopped is not None else None,
+        segments=_segments(facts, release, rel),
+        job_error_s=rel(own[0]) if own else None,
+    )
 
 
 def stopping_start(facts: RankFacts) -> float | None:
@@ -259,10 +263,10 @@ def _segments(facts: RankFacts, release: float | None, rel) -> list[list]:
     return segments
 
 
-def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankFacts], rel) -> list[dict]:
+def _phases(head: RankFacts | None, ranks: list[RankEntry], facts: Mapping[int, RankFacts], rel) -> list[Phase]:
     head = head or RankFacts(rank=0)
-    joined = [e for e in ranks if e["rank"] != 0 and e["joined_s"] is not None]
-    last_join = max(joined, key=lambda e: e["joined_s"], default=None)
+    joined = [e for e in ranks if e.rank != 0 and e.joined_s is not None]
+    last_join = max(joined, key=lambda e: e.joined_s or 0.0, default=None)
     peers = head.peers
     stopped = [f for f in facts.values() if f.stopped is not None]
     last_stop = max(stopped, key=lambda f: f.stopped or 0.0, default=None)
@@ -271,7 +275,7 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
     last_exit = max(exits, key=lambda f: f.exit_time or 0.0, default=None)
 
     def phase(name, time, rank=None, detail=""):
-        return {"phase": name, "s": rel(time), "rank": rank, "detail": detail}
+        return Phase(name, rel(time), rank, detail)
 
     def joined_at(rank: int) -> float | None:
         own = facts.get(rank)
@@ -280,7 +284,7 @@ def _phases(head: RankFacts | None, ranks: list[dict], facts: Mapping[int, RankF
     return [
         phase("session sent", head.session_sent, 0),
         phase("head alive", head.joined, 0, head.ip),
-        phase("last join", joined_at(last_join["rank"]) if last_join else None, last_join["rank"] if last_join else None,
+        phase("last join", joined_at(last_join.rank) if last_join else None, last_join.rank if last_join else None,
               f"{len(joined)} of {_count(len(ranks) - 1, 'worker')} joined" if len(ranks) > 1 else ""),
         phase("driver start", head.driver_started, 0, head.driver),
         phase("driver end", head.driver_exited, 0, "" if head.driver_code is None else f"code {head.driver_code}"),
@@ -311,11 +315,11 @@ def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
             "cause": cause}
 
 
-def _never_reported(entry: dict, facts: RankFacts | None, rel) -> dict:
+def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> dict:
     """Why a rank has no join line: no log, its own failure, rank 0 stopping it, or a log that just ends."""
-    never = {"rank": entry["rank"], "host": entry["host"], "log": entry["log"], "why": "no log", "detail": "", "s": None}
-    if entry["status"] == FAILED:
-        return {**never, "why": "failed", "detail": entry["error"], "s": entry["error_s"]}
+    never = {"rank": entry.rank, "host": entry.host, "log": entry.log, "why": "no log", "detail": "", "s": None}
+    if entry.status == FAILED:
+        return {**never, "why": "failed", "detail": entry.error, "s": entry.error_s}
     if facts is None:
         return never
     if facts.first is None:

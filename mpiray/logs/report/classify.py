@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mpiray.logs.report.model import FoundCause
+
 if TYPE_CHECKING:
+    from mpiray.logs.report.model import RankEntry
     from mpiray.logs.report.parse import RankFacts
 
 
@@ -155,29 +158,29 @@ PMI2_UCX = ("under srun --mpi=pmi2, MPICH over UCX can fail in MPI_Init now and 
             "MPIR_CVAR_CH4_NETMOD=ofi, or use an MPI with PMIx and srun --mpi=pmix")
 
 
-def classify(ranks: list[dict], facts: Mapping[int, RankFacts], ray_log: Callable[[int], str] | Mapping[int, str],
-             exit_code: int | None, driver_code: int | None) -> list[dict]:
-    """The causes of a job's failure: [{cause, title, fix, ranks, evidence, note}], the first seen first.
+def classify(ranks: list[RankEntry], facts: Mapping[int, RankFacts], ray_log: Callable[[int], str] | Mapping[int, str],
+             exit_code: int | None, driver_code: int | None) -> list[FoundCause]:
+    """The causes of a job's failure, the first seen first.
 
     ranks: the report's cluster rows; facts: rank -> parse.RankFacts; ray_log(rank): what its Ray wrote
     (and, for rank 0, driver.log), read only for ranks that failed.
     """
     read = ray_log if callable(ray_log) else (lambda rank: ray_log.get(rank, ""))
-    found: dict[str, dict] = {}
+    found: dict[str, FoundCause] = {}
 
     def add(cause: str, rank: int, evidence: str, note: str = "") -> None:
-        entry = found.setdefault(cause, {"cause": cause, **vars(CAUSES.get(cause, CAUSES["unexpected"])),
-                                         "ranks": [], "evidence": [], "note": note})
-        if rank not in entry["ranks"]:
-            entry["ranks"].append(rank)
-            if len(entry["evidence"]) < 3:
-                entry["evidence"].append(f"rank {rank}: {evidence}")
+        known = CAUSES.get(cause, CAUSES["unexpected"])
+        entry = found.setdefault(cause, FoundCause(cause, known.title, known.fix, note=note))
+        if rank not in entry.ranks:
+            entry.ranks.append(rank)
+            if len(entry.evidence) < 3:
+                entry.evidence.append(f"rank {rank}: {evidence}")
 
     for entry in ranks:
-        rank, own = entry["rank"], facts.get(entry["rank"])
-        cause, evidence = entry.get("cause") or "", entry.get("error", "")
-        if entry["status"] == "failed" and not cause and entry["error"]:
-            cause = "config" if entry["exit_code"] == 2 else ""
+        rank, own = entry.rank, facts.get(entry.rank)
+        cause, evidence = entry.cause, entry.error
+        if entry.status == "failed" and not cause and entry.error:
+            cause = "config" if entry.exit_code == 2 else ""
         if own is not None and own.launched is not None and own.mpi_ready is None:
             launch = own.launch
             pmi2 = launch.get("launcher") == "srun" and launch.get("mpi_type") == "pmi2" and \
@@ -185,7 +188,7 @@ def classify(ranks: list[dict], facts: Mapping[int, RankFacts], ray_log: Callabl
             add("mpi_init", rank, f"started by {launch.get('launcher')} (task {launch.get('task')}), never came "
                 f"out of MPI_Init", PMI2_UCX if pmi2 else "")
             continue
-        if cause in VAGUE and (entry["status"] == "failed" or (rank == 0 and exit_code not in (0, None))):
+        if cause in VAGUE and (entry.status == "failed" or (rank == 0 and exit_code not in (0, None))):
             sign = _ray_sign(read(rank))
             if sign is not None:
                 cause, evidence = sign

@@ -10,6 +10,7 @@ from mpiray.errors import NoSuchJob
 from mpiray.logs.events import read_events
 from mpiray.logs.files import driver_log_path
 from mpiray.logs.report.analyse import analyse
+from mpiray.logs.report.model import JobReport
 from mpiray.logs.report.parse import EPOCH
 
 RANK_EVENTS = re.compile(r"^rank-(\d+)\.jsonl$")
@@ -78,7 +79,7 @@ def ray_logs(job_dir: Path, rank: int) -> str:
     return "\n".join(tail(path) for path in paths)
 
 
-def read_job(job_dir: Path) -> dict:
+def read_job(job_dir: Path) -> JobReport:
     logs = {rank: (str(path.with_suffix(".log")), read_events(path)) for rank, path in _rank_events(job_dir).items()}
     joins: dict[str, dict[int, tuple[str, list[dict]]]] = {}
     for path in _files(job_dir):

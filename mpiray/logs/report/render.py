@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mpiray.logs.report.model import FoundCause, JobReport
+
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
@@ -26,49 +28,49 @@ def _ranges(ranks: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def format_report(report: dict, never_limit: int = 20, manifest_limit: int = 8) -> str:
+def format_report(report: JobReport, never_limit: int = 20, manifest_limit: int = 8) -> str:
     """The report as the terminal shows it."""
     out = _header(report) + [""] + _cluster_table(report) + [""] + _phases(report) + [""]
     out += _first_error(report) + _never_reported(report, never_limit) + _notes(report)
     out += _elastic(report)
-    out += _causes(report["causes"])
-    out += _manifests(report["manifests"], manifest_limit)
+    out += _causes(report.causes)
+    out += _manifests(report.manifests, manifest_limit)
     return "\n".join(out)
 
 
-def _header(report: dict) -> list[str]:
+def _header(report: JobReport) -> list[str]:
     """The job, its hosts and exit code; where its logs are; its batch job and learners."""
     out = []
-    hosts = report["hosts"]
-    code = report["exit_code"]
+    hosts = report.hosts
+    code = report.exit_code
     out.append(
-        f"mpiray job {report['job_id']}: {report['ranks']} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)}"
+        f"mpiray job {report.job_id}: {report.ranks} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)}"
         + (f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else "")
         + f", exit code {code if code is not None else 'unknown'}"
     )
-    started = f"; first event {report['started']} (times below: seconds after it)" if report["started"] else ""
-    out.append(f"logs: {report['job_dir']}{started}")
-    if report["earlier_runs"]:
-        out.append(f"note: this job id was used before; only the last run is shown ({report['earlier_runs']} earlier)")
-    batch = report.get("batch_job")
+    started = f"; first event {report.started} (times below: seconds after it)" if report.started else ""
+    out.append(f"logs: {report.job_dir}{started}")
+    if report.earlier_runs:
+        out.append(f"note: this job id was used before; only the last run is shown ({report.earlier_runs} earlier)")
+    batch = report.batch_job
     if batch:
         cpus = ", ".join(f"{host} {n}" for host, n in batch.get("cpus", {}).items())
         walltime = f"walltime {batch['walltime']:g} s" if batch.get("walltime") else "no walltime"
         out.append(f"{batch.get('scheduler')} job {batch.get('job_id')}: select {batch.get('select')}, CPUs {cpus}, "
                    f"{walltime}, run {batch.get('run_count')}")
-    for placed in report.get("learners", []):
+    for placed in report.learners:
         out.append(f"trial {placed.get('trial')}: learners: {placed.get('count')} on {placed.get('nodes')} nodes: "
                    f"{placed.get('addresses')}")
     return out
 
 
-def _cluster_table(report: dict) -> list[str]:
+def _cluster_table(report: JobReport) -> list[str]:
     """One row per rank: host, address, resources, when it joined, its status and exit code."""
     out = []
     rows = [("rank", "host", "ip", "resources", "joined s", "status", "exit")]
-    for e in report["cluster"]:
-        rows.append((str(e["rank"]), e["host"] or "?", e["ip"] or "-", e["resources_text"] or "-",
-                     _seconds(e["joined_s"]), e["status"], "-" if e["exit_code"] is None else str(e["exit_code"])))
+    for e in report.cluster:
+        rows.append((str(e.rank), e.host or "?", e.ip or "-", e.resources_text or "-",
+                     _seconds(e.joined_s), e.status, "-" if e.exit_code is None else str(e.exit_code)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = [row[0].rjust(widths[0])] + [c.ljust(w) for c, w in zip(row[1:4], widths[1:4])]
@@ -77,19 +79,19 @@ def _cluster_table(report: dict) -> list[str]:
     return out
 
 
-def _phases(report: dict) -> list[str]:
+def _phases(report: JobReport) -> list[str]:
     out = ["phases (s after the first event; the rank that logged it, last of all where many did):"]
-    width = len(f"rank {report['ranks'] - 1}")
-    for p in report["phases"]:
-        line = f"  {p['phase']:<13} {_seconds(p['s']):>8}"
-        if p["s"] is not None:
-            line += f"  {'rank ' + str(p['rank']) if p['rank'] is not None else '':<{width}}  {_short(p['detail'], 100)}"
+    width = len(f"rank {report.ranks - 1}")
+    for p in report.phases:
+        line = f"  {p.phase:<13} {_seconds(p.s):>8}"
+        if p.s is not None:
+            line += f"  {'rank ' + str(p.rank) if p.rank is not None else '':<{width}}  {_short(p.detail, 100)}"
         out.append(line.rstrip())
     return out
 
 
-def _first_error(report: dict) -> list[str]:
-    error = report["first_error"]
+def _first_error(report: JobReport) -> list[str]:
+    error = report.first_error
     if not error:
         return ["first error: none"]
     via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
@@ -97,9 +99,9 @@ def _first_error(report: dict) -> list[str]:
             f"(log: {error['log']})", f"  {_short(error['message'])}"]
 
 
-def _never_reported(report: dict, never_limit: int) -> list[str]:
+def _never_reported(report: JobReport, never_limit: int) -> list[str]:
     """The ranks that never said they joined, grouped by why (at most never_limit groups)."""
-    never = report["never_reported"]
+    never = report.never_reported
     if not never:
         return ["never reported: none"]
     out = [f"never reported (no join line): {len(never)} rank{'s' * (len(never) != 1)}"]
@@ -125,48 +127,48 @@ def _never_reported(report: dict, never_limit: int) -> list[str]:
     return out
 
 
-def _notes(report: dict) -> list[str]:
+def _notes(report: JobReport) -> list[str]:
     """Ranks with no exit line, joins tried again, the first warning, lost nodes."""
     out = []
-    unfinished = report["unfinished"]
+    unfinished = report.unfinished
     if unfinished:
         out.append(f"no exit line (killed, or still running): rank{'s' * (len(unfinished) != 1)} {_ranges(unfinished)}"
-                   + (f"; the job dir last changed at {report['job_dir_changed_s']:.2f} s"
-                      if report["job_dir_changed_s"] is not None else ""))
-    retried = [e for e in report["cluster"] if e["join_attempts"] > 1]
+                   + (f"; the job dir last changed at {report.job_dir_changed_s:.2f} s"
+                      if report.job_dir_changed_s is not None else ""))
+    retried = [e for e in report.cluster if e.join_attempts > 1]
     if retried:
-        out.append("joins tried again: " + ", ".join(f"rank {e['rank']} ({e['join_attempts']} attempts)" for e in retried[:20])
+        out.append("joins tried again: " + ", ".join(f"rank {e.rank} ({e.join_attempts} attempts)" for e in retried[:20])
                    + (f" and {len(retried) - 20} more" if len(retried) > 20 else ""))
-    warnings = report["warnings"]
+    warnings = report.warnings
     if warnings:
         first = warnings[0]
         out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: "
                    f"{_short(first['message'], 160)}")
-    for lost in report["lost_nodes"][:10]:
+    for lost in report.lost_nodes[:10]:
         out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
     return out
 
 
-def _elastic(report: dict, decisions_limit: int = 40) -> list[str]:
+def _elastic(report: JobReport, decisions_limit: int = 40) -> list[str]:
     """The jobs that joined the cluster, the autoscaler's decisions, and its nodes over time."""
     out = []
-    for job in report["joined_jobs"]:
+    for job in report.joined_jobs:
         code = "-" if job["exit_code"] is None else job["exit_code"]
         out += ["", f"joined job {job['job_id']} ({len(job['ranks'])} rank{'s' * (len(job['ranks']) != 1)}, exit {code}):"]
         for r in job["ranks"]:
             out.append(f"  rank {r['rank']}  {r['host'] or '?'}  {r['ip'] or '-'}  {r['resources_text'] or '-'}  "
                        f"joined {_seconds(r['joined_s'])} s, left {_seconds(r['left_s'])} s"
                        + (f"  error: {_short(r['error'], 120)}" if r["error"] else ""))
-    if report.get("planned_joins"):
-        out += ["", f"planned joins (--dry-run --join: no node joined): {', '.join(report['planned_joins'])}"]
-    decisions = report["autoscaler"]
+    if report.planned_joins:
+        out += ["", f"planned joins (--dry-run --join: no node joined): {', '.join(report.planned_joins)}"]
+    decisions = report.autoscaler
     if decisions:
         out += ["", f"autoscaler ({len(decisions)} decisions):"]
         for d in decisions[:decisions_limit]:
             out.append(f"  {_seconds(d['s']):>8}  {d['event']:<16} {_short(d['text'], 140)}")
         if len(decisions) > decisions_limit:
             out.append(f"  ... and {len(decisions) - decisions_limit} more (see --json)")
-    series = report["nodes_over_time"]
+    series = report.nodes_over_time
     if series:
         peak = max(series, key=lambda step: step[1])
         out.append(f"Ray nodes over time: {series[0][1]} at {_seconds(series[0][0])} s, at most {peak[1]} "
@@ -174,17 +176,17 @@ def _elastic(report: dict, decisions_limit: int = 40) -> list[str]:
     return out
 
 
-def _causes(causes: list[dict]) -> list[str]:
+def _causes(causes: list[FoundCause]) -> list[str]:
     if not causes:
         return []
     out = ["", "why it failed:"]
     for c in causes:
-        out.append(f"  {c['cause']} (rank{'s' * (len(c['ranks']) != 1)} {_ranges(c['ranks'])}): {c['title']}")
-        for evidence in c["evidence"]:
+        out.append(f"  {c.cause} (rank{'s' * (len(c.ranks) != 1)} {_ranges(c.ranks)}): {c.title}")
+        for evidence in c.evidence:
             out.append(f"    seen: {_short(evidence, 200)}")
-        out.append(f"    fix: {c['fix']}")
-        if c["note"]:
-            out.append(f"    note: {c['note']}")
+        out.append(f"    fix: {c.fix}")
+        if c.note:
+            out.append(f"    note: {c.note}")
     return out
 
 

@@ -136,7 +136,7 @@ def test_a_dry_run_join_checks_the_running_cluster_and_changes_nothing_of_it(clu
     assert [p["role"] for p in planned] == ["worker", "worker"]  # both ranks' nodes: workers of that cluster
     assert all(entry.gcs_address in p["command"] for p in planned)
     report = read_job(Path(entry.log_dir))
-    assert report["joined_jobs"] == [] and report["planned_joins"] == ["planned"]
+    assert report.joined_jobs == [] and report.planned_joins == ["planned"]
     gone = subprocess.run(launcher_argv(1, ["--log-dir", str(tmp_path / "logs"), "--dry-run", "--join", "424242"]),
                           cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     assert gone.returncode == 2 and "no running cluster '424242'" in gone.stderr, gone.stderr[-3000:]

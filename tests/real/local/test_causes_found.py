@@ -16,21 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpiray.logs.report.classify import classify
-
 from helpers import BIN, ROOT, Launch, assert_nothing_left, causes, exit_codes, fail_join, launch, new_job_id
 
 PROBE = [sys.executable, str(ROOT / "tests/drivers/probe.py")]
-
-
-def found(ranks, facts=None, ray_logs=None, exit_code=1, driver_code=None) -> dict[str, list[int]]:
-    result = classify(ranks, facts or {}, ray_logs or {}, exit_code, driver_code)
-    for cause in result:
-        assert cause["title"] and cause["fix"] and cause["evidence"], cause
-    return {cause["cause"]: cause["ranks"] for cause in result}
-
-
-# ---- from literal evidence ------------------------------------------------------------------------
 
 
 # ---- provoked for real ------------------------------------------------------------------------

@@ -62,9 +62,9 @@ def test_a_three_host_job_is_one_ray_node_per_host_and_ends_with_the_drivers_cod
     assert (facts["job_id"], facts["select"], facts["walltime"]) == (job_id, "3:ncpus=2", 300.0)
     assert facts["cpus"] == dict.fromkeys(pbs_testbed.node_names, 2) and facts["run_count"] == 1
     report = read_job(job_dir)
-    assert report["exit_code"] == 3 and [row["host"] for row in report["cluster"]] == pbs_testbed.node_names
-    assert report["batch_job"]["select"] == "3:ncpus=2"
-    assert report["causes"][0]["cause"] == "driver_failed"
+    assert report.exit_code == 3 and [row.host for row in report.cluster] == pbs_testbed.node_names
+    assert report.batch_job is not None and report.batch_job["select"] == "3:ncpus=2"
+    assert report.causes[0].cause == "driver_failed"
 
 
 def test_the_polaris_script_runs_where_only_its_pals_launcher_is_replaced(pbs_testbed, pbs_jobs):
@@ -130,7 +130,7 @@ def test_a_select_without_ncpus_is_named_as_the_cause(pbs_testbed, pbs_jobs):
     record = pbs_testbed.wait_for_job(job_id, JOB_TIMEOUT_S)
     assert record["Exit_status"] not in (0, None)
     report = read_job(pbs_jobs.workdir / "logs" / short(job_id))
-    assert "select_without_ncpus" in [cause["cause"] for cause in report["causes"]]
+    assert "select_without_ncpus" in [cause.cause for cause in report.causes]
     text = subprocess.run([str(Path(PYTHON).parent / "mpiray"), "logs", str(pbs_jobs.workdir / "logs" / short(job_id))],
                           capture_output=True, text=True, timeout=60).stdout
     assert "select=N:ncpus=C" in text or "ncpus" in text

@@ -89,7 +89,7 @@ def test_the_elastic_script_grows_to_three_nodes_with_worker_jobs_and_they_go_wi
     submitted = [fields["job"] for name, fields in autoscaler_events(job_dir) if name == "job_submitted"]
     assert len(submitted) == 2 and all(job.endswith(pbs_testbed.server) for job in submitted)  # qsub's ids
     gone = wait_until_no_worker_job(pbs_testbed, short(job_id), 60) + (time.monotonic() - ended)
-    assert max(count for _, count in read_job(job_dir)["nodes_over_time"]) == 3
+    assert max(count for _, count in read_job(job_dir).nodes_over_time) == 3
     joined = [fields["seconds"] for name, fields in autoscaler_events(job_dir) if name == "node_joined"]
     show_timings(capsys, request, submit_to_joined_max=max(joined), head_end_to_no_worker_job=gone)
     for worker in submitted:

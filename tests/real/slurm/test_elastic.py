@@ -88,10 +88,10 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
     report = read_job(tmp_path / "logs" / cluster)
-    (joined,) = report["joined_jobs"]
+    (joined,) = report.joined_jobs
     assert len(joined["ranks"]) == 2 and joined["exit_code"] == 0
     assert all(r["joined_s"] is not None and r["left_s"] is not None for r in joined["ranks"])
-    assert max(count for _, count in report["nodes_over_time"]) == 3
+    assert max(count for _, count in report.nodes_over_time) == 3
     assert registry.running() == []  # withdrawn at the end
     job_ids = {path.name.split("-rank-")[0] for path in (tmp_path / "logs" / cluster).glob("join-*-rank-*.jsonl")}
     assert len(job_ids) == 1  # the joined job's own id names its files
@@ -195,9 +195,9 @@ def test_a_placement_group_that_needs_three_nodes_grows_the_cluster_then_every_w
     assert decisions.count("job_submitted") == 2 and "node_joined" in decisions
     assert wait_until_no_worker_job(bed, cluster, 60) + (time.monotonic() - ended) < 60
     report = read_job(job_dir.parent)
-    assert max(count for _, count in report["nodes_over_time"]) == 3
+    assert max(count for _, count in report.nodes_over_time) == 3
     # Each left: cancelled by the head's end (143), or it saw the cluster end first (0).
-    assert len(report["joined_jobs"]) == 2 and all(j["exit_code"] in (0, 143) for j in report["joined_jobs"])
+    assert len(report.joined_jobs) == 2 and all(j["exit_code"] in (0, 143) for j in report.joined_jobs)
 
 
 @pytest.mark.train
@@ -208,8 +208,7 @@ def test_a_tune_run_grows_the_cluster_gets_its_result_and_the_idle_worker_jobs_e
     result = bed.run(autoscaled(bed, jobs, tmp_path, "1:3", "tune", str(tmp_path / "results"), str(cooldown + 45),
                                 cooldown=cooldown), timeout=JOB_TIMEOUT_S * 2)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (tuned, at_end) = [json.loads(line[len("ELASTIC "):]) for line in result.stdout.splitlines()
-                       if line.startswith("ELASTIC ")]
+    (tuned, at_end) = tagged_lines(result.stdout, "ELASTIC")
     assert (tuned["best_x"], tuned["trials"], tuned["errors"]) == (3, 6, 0)  # as on any cluster
     assert tuned["nodes_used"] > 1  # the worker jobs' nodes took trials
     assert at_end["nodes_at_the_end"] == 1  # the idle ones were cancelled while the driver still ran
@@ -371,7 +370,7 @@ def test_an_elastic_clusters_worker_job_nodes_carry_learners(slurm_testbed, jobs
     jobs.ids.append(cluster)
     joined = _autoscaler_events(job_dir, "node_joined")
     assert joined, "no worker job's node joined"
-    head_ip = read_job(job_dir.parent)["cluster"][0]["ip"]
+    head_ip = read_job(job_dir.parent).cluster[0].ip
     learner_ips = {ip for ip, _ in seen["learners"]}
     assert len(seen["learners"]) == 3 and learner_ips - {head_ip}, seen  # a worker job's node holds learners
     assert learner_ips <= set(bed.node_ips) and {interface for _, interface in seen["learners"]} == {"eth0"}

@@ -52,8 +52,8 @@ def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm
     assert returns[-1] >= 60 > returns[0], returns  # it learned: the stop reward, from below it
     job_dir = job_dir_of(tmp_path, jobs)
     report = read_job(job_dir)
-    assert [(p["count"], p["nodes"]) for p in report["learners"]] == [(3, 3)]
-    assert {m["collectives"]["GLOO_SOCKET_IFNAME"] for m in report["manifests"].values()} == {"eth0"}
+    assert [(p["count"], p["nodes"]) for p in report.learners] == [(3, 3)]
+    assert {m["collectives"]["GLOO_SOCKET_IFNAME"] for m in report.manifests.values()} == {"eth0"}
     jobs.wait_until_gone(job_dir.name)
 
 
@@ -121,7 +121,7 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
             first.wait(30)
     assert exit_codes(job_dir, 3)[0] == 1
     report = read_job(job_dir)
-    assert [cause["cause"] for cause in report["causes"]][:1] == ["learner_node_lost"], report["causes"]
+    assert [cause.cause for cause in report.causes][:1] == ["learner_node_lost"], report.causes
     lost = [r["fields"] for r in read_events(job_dir / "trainer-rank-0000.jsonl") if r["event"] == "learner_node_lost"]
     # Said by the driver's watch (the lost node's address, train/watch.py) or, when an error reached Tune first,
     # by Ray or gloo (the dead actor; a read from the lost node's address that failed): the cause has its evidence.

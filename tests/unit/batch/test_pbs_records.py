@@ -31,6 +31,7 @@ from mpiray.rank.batchjob import BatchJob, read_batch_job, walltime_stop
 import pbs_records as recorded
 from helpers import ROOT
 from pbs import testbed
+from sample_jobs import entry
 
 # Answers what replies.json beside it says for its name and first argument ("qstat -Qf"), else for its
 # name alone, and logs {argv, stdin} to calls.jsonl.
@@ -173,9 +174,8 @@ def test_a_select_without_ncpus_and_ranks_outside_the_job_are_the_causes_of_its_
     warned = {r["event"]: r["fields"] for r in records if r["level"] == "warning"}
     assert warned["select_without_ncpus"]["select"] == "3"
     assert (warned["ranks_outside_job"]["ranks"], warned["ranks_outside_job"]["job_hosts"]) == ([2], list(recorded.MOMS))
-    entry = {"rank": 0, "status": "ok", "cause": "", "error": "", "exit_code": 1}
-    causes = classify([entry], {0: rank_facts(0, records)}, {}, exit_code=1, driver_code=1)
-    assert [cause["cause"] for cause in causes] == ["select_without_ncpus", "ranks_outside_job"]
+    causes = classify([entry(0)], {0: rank_facts(0, records)}, {}, exit_code=1, driver_code=1)
+    assert [cause.cause for cause in causes] == ["select_without_ncpus", "ranks_outside_job"]
 
 
 def test_the_walltime_read_from_qstat_is_where_rank_0_stops_the_driver_and_mpiray_logs_says_why(tmp_path, replayed):
@@ -190,8 +190,8 @@ def test_the_walltime_read_from_qstat_is_where_rank_0_stops_the_driver_and_mpira
     me.log.event("exit", code=124)
     me.log.close()
     report = read_job(me.log.events_path.parent)
-    assert report["batch_job"]["select"] == "3:ncpus=2"
-    assert [cause["cause"] for cause in report["causes"]] == ["walltime"]
+    assert report.batch_job is not None and report.batch_job["select"] == "3:ncpus=2"
+    assert [cause.cause for cause in report.causes] == ["walltime"]
 
 
 # ---- worker jobs: qsub, qstat, qdel -----------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Why a job failed (mpiray/logs/report/classify.py): each cause from the evidence a failure leaves in the
-events and Ray's logs. The real failures that leave that evidence are provoked in tests/test_classify.py."""
+events and Ray's logs. The real failures that leave that evidence are provoked in
+tests/real/local/test_causes_found.py."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ import pytest
 
 from mpiray.logs.report import render
 from mpiray.logs.report.classify import CAUSES, PMI2_UCX, classify
+from mpiray.logs.report.model import JobReport
 from mpiray.logs.report.parse import RankFacts
 
-
-def entry(rank: int, status: str = "ok", cause: str = "", error: str = "", exit_code: int | None = 1) -> dict:
-    return {"rank": rank, "status": status, "cause": cause, "error": error, "exit_code": exit_code}
+from sample_jobs import entry
 
 
 def found(ranks, facts=None, ray_logs=None, exit_code=1, driver_code=None) -> dict[str, list[int]]:
     result = classify(ranks, facts or {}, ray_logs or {}, exit_code, driver_code)
     for cause in result:
-        assert cause["title"] and cause["fix"] and cause["evidence"], cause
-    return {cause["cause"]: cause["ranks"] for cause in result}
+        assert cause.title and cause.fix and cause.evidence, cause
+    return {cause.cause: cause.ranks for cause in result}
 
 
 def test_a_cause_mpiray_named_wins_and_a_vague_one_gives_way_to_what_ray_logged():
@@ -51,9 +51,9 @@ def test_each_sign_in_rays_logs_names_its_cause(line, cause):
 def test_a_rank_that_never_came_out_of_mpi_init_is_named_and_pmi2_over_ucx_gets_its_note():
     stuck = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": None})
     result = classify([entry(0, "never reported"), entry(1, "never reported")], {1: stuck}, {}, None, None)
-    assert [(c["cause"], c["ranks"], c["note"]) for c in result] == [("mpi_init", [1], PMI2_UCX)]
+    assert [(c.cause, c.ranks, c.note) for c in result] == [("mpi_init", [1], PMI2_UCX)]
     ofi = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": "ofi"})
-    assert classify([entry(1, "never reported")], {1: ofi}, {}, None, None)[0]["note"] == ""
+    assert classify([entry(1, "never reported")], {1: ofi}, {}, None, None)[0].note == ""
 
 
 def test_workers_rank_0_waited_for_in_vain_are_named_by_their_own_logs_first():
@@ -72,11 +72,11 @@ def test_a_job_that_failed_without_an_error_event_is_the_drivers_or_a_signals_do
 
 
 def test_the_report_says_why_with_the_fix():
-    report = {"job_id": "j", "job_dir": "/j", "ranks": 1, "hosts": ["n1"], "started": None, "exit_code": 1,
-              "earlier_runs": 0, "cluster": [], "phases": [], "first_error": None, "never_reported": [],
-              "unfinished": [], "job_dir_changed_s": None, "warnings": [], "lost_nodes": [], "manifests": {},
-              "joined_jobs": [], "autoscaler": [], "nodes_over_time": [],
-              "causes": classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, 124)}
+    report = JobReport(job_id="j", job_dir="/j", ranks=1, hosts=["n1"], started=None, exit_code=1, driver="",
+                       driver_exit_code=124, batch_job=None, earlier_runs=0, cluster=[], phases=[], first_error=None,
+                       never_reported=[], unfinished=[], job_dir_changed_s=None, warnings=[], lost_nodes=[],
+                       causes=classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, 124),
+                       learners=[], manifests={}, joined_jobs=[], planned_joins=[], autoscaler=[], nodes_over_time=[])
     text = render.format_report(report)
     assert "why it failed:\n  time_limit (rank 0): " + CAUSES["time_limit"].title in text
     assert "    fix: " + CAUSES["time_limit"].fix in text

@@ -1,0 +1,104 @@
+"""The report's shape: what analyse.py makes of a job's events, what render.py and timeline.py read, and
+what `mpiray logs --json` prints (JobReport.to_json(): the dataclasses as plain data, keys in field order).
+Times are seconds after the job's first event (None: it never happened)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Segment = list  # [kind, start, end]: a stretch of a rank's time line (analyse.SEGMENTS names the kinds)
+
+
+@dataclass
+class RankEntry:
+    """One rank's row of the cluster table, and its time line."""
+
+    rank: int
+    host: str
+    pid: int | None
+    ip: str
+    resources: dict[str, float]
+    resources_text: str
+    joined_s: float | None  # its node ALIVE (None: never, or an idle rank's)
+    status: str  # analyse.OK, FAILED, NEVER_REPORTED, IDLE
+    exit_code: int | None
+    log: str  # its human log: where it is, or would be
+    has_log: bool
+    logged_until_s: float | None  # a log without an exit line: its last line (the bar goes on, hatched)
+    first_s: float | None
+    last_s: float | None
+    last_step: str  # its last event's name
+    join_slot_s: float | None
+    join_attempts: int
+    error: str
+    error_s: float | None
+    cause: str  # its error's cause (classify.CAUSES), "" without one
+    launched_s: float | None
+    mpi_ready_s: float | None
+    stopped: dict[str, Any] | None  # {processes, seconds, sigkilled}: how its Ray stopped
+    segments: list[Segment] = field(default_factory=list)
+    job_error_s: float | None = None  # an error about the job (a start-up timeout) rank 0 named it in
+
+
+@dataclass
+class Phase:
+    """A moment of the job's start-up or end, as the rank that logged it saw it (the last, where many did)."""
+
+    phase: str
+    s: float | None
+    rank: int | None
+    detail: str
+
+
+@dataclass
+class FoundCause:
+    """Why the job failed, once per cause (classify.py): what happened, the fix, the ranks it happened on."""
+
+    cause: str
+    title: str
+    fix: str
+    ranks: list[int] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # at most 3, "rank N: ..."
+    note: str = ""
+
+
+@dataclass
+class JobReport:
+    """A job read back from its rank logs (analyse.analyse)."""
+
+    job_id: str
+    job_dir: str
+    ranks: int
+    hosts: list[str]
+    started: str | None  # the first event's local time
+    exit_code: int | None
+    driver: str
+    driver_exit_code: int | None
+    batch_job: dict[str, Any] | None
+    earlier_runs: int  # runs of a re-used job id before the one shown
+    cluster: list[RankEntry]
+    phases: list[Phase]
+    first_error: dict[str, Any] | None
+    never_reported: list[dict[str, Any]]
+    unfinished: list[int]  # ranks without an exit line
+    job_dir_changed_s: float | None
+    warnings: list[dict[str, Any]]
+    lost_nodes: list[dict[str, Any]]
+    causes: list[FoundCause]
+    learners: list[dict[str, Any]]
+    manifests: dict[str, dict[str, Any]]
+    joined_jobs: list[dict[str, Any]]
+    planned_joins: list[str]
+    autoscaler: list[dict[str, Any]]
+    nodes_over_time: list[list]
+
+    def to_json(self) -> dict[str, Any]:
+        """As `--json` prints it."""
+        return asdict(self)
+
+    def rank(self, rank: int) -> RankEntry:
+        return self.cluster[rank]
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.phase == name)
