@@ -68,8 +68,8 @@ class CommandLeader:
         env["PYTHONPATH"] = str(private / containers.CODE_DIR)
         self.container = containers.container_name(cluster.session.job_id, 0) + "-driver"
         self.monitor = box.monitor_pidfile(private, self.container)
-        if box.named and self.me is not None and self.me.node is not None:  # if rank 0 dies: its guard removes it
-            self.me.ray_node.guard.remove_container(box.remove_command(self.container), self.monitor)
+        if box.named and self.me is not None:  # if rank 0 dies: its guard removes it
+            self.me.own_node.remove_container_on_death(box.remove_command(self.container), self.monitor)
         return box.command(command, in_image(private, None), env, self.container, self.monitor)
 
     def poll(self, timeout: float) -> int | None:

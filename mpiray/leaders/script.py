@@ -157,7 +157,7 @@ class ScriptLeader:
         self.signals.raising = False  # a signal now must not break this off
         if self.result is not None or not self.agent.is_alive():
             return self.result if self.result is not None else code
-        if self.me is not None and not self.me.ray_node.exited():
+        if self.me is not None and self.me.own_node.ended() is None:
             import ray
 
             ray.shutdown()  # the driver's connection first, while the head is still there
@@ -173,7 +173,7 @@ class ScriptLeader:
         if self.result is not None:
             return
         code, how = self.exit_watch.code()
-        head_lost = self.me is not None and self.me.ray_node.exited()
+        head_lost = self.me is not None and self.me.own_node.ended() is not None
         result = self.end(code, how, process_ends=True)
         # Ray's own atexit ray.shutdown() would hang without the head; a code the agent chose (a time
         # limit the script caught) is not the interpreter's: end here, MPI finalized.

@@ -42,7 +42,7 @@ from mpiray.rank.messages import (
 from mpiray.rank.ownnode import dashboard_listen, log_context, start_node
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.rank.zero import RankZero
-from mpiray.raynode.commands import LOOPBACK, head_ports
+from mpiray.raynode.commands import LOOPBACK, NodeSpec, head_ports
 from mpiray.raynode.gcs import NodeInfo
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Head(RankZero):
             autoscaling = self.autoscale.write_config(share)
         start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         self.gather_hellos()  # before the head's `ray start` goes (its starter has loaded Ray by then)
-        head = me.own_node.up(me, joins=False)
+        head = me.own_node.up(joins=False, between=me.raise_if_stopped)
         if self.autoscale is not None:
             self.autoscale.own_nodes_are(head.node_id, [])
         return head
@@ -121,26 +121,14 @@ class Head(RankZero):
             self.autoscale.own_nodes_are(own.node_id, [r.node_id for r in cluster.nodes if r.rank != 0])
 
     def entry(self, cluster: Cluster) -> Entry:
-        """What the registry says of this cluster: how to reach it (GCS, dashboard, Ray Client), what it runs,
-        until when, and how big it is; no secret (the token lies beside it)."""
-        from mpiray.elastic.registry import Entry
-
-        me, session = self.me, cluster.session
-        spec = me.node.spec if me.node is not None else None
+        """What the registry says of this cluster (registry_entry)."""
+        me = self.me
         ours = versions(me.rank)
         image = preflight.image_facts(me) if me.config.container else None  # what `mpiray attach` must match
         if image is not None:
             ours = {"ray": image.ray, "python": image.python}
-        return Entry(
-            job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=me.host,
-            pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
-            log_dir=str(cluster.log_dir.resolve()), started=me.started, heartbeat=time.time(),
-            ends_at=self.batch_job.ends_at, scheduler=me.env.scheduler, nodes=len(cluster.nodes),
-            cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
-            dashboard_port=spec.ports.dashboard if spec is not None and me.config.dashboard else None,
-            dashboard_host=dashboard_listen(me.config, spec.node_ip) if spec is not None else LOOPBACK,
-            client_port=head_ports(spec).ray_client if spec is not None else None,
-        )
+        return registry_entry(me.config, cluster, me.own_node.spec, me.host, me.started, me.env.scheduler,
+                              self.batch_job.ends_at, ours)
 
     def drain(self, seconds: float, why: str) -> bool:
         """The workers' nodes drained through Ray (raynode/drain.py: reason preemption, the deadline in `seconds`),
@@ -170,11 +158,8 @@ class Head(RankZero):
 
     def lost(self) -> Lost | None:
         """The cluster's heart stopped, or None. The head's is its own node."""
-        node = self.me.node
-        if node is None or not node.exited():
-            return None
-        return Lost("head_lost", {"code": node.exit_code(), "output": str(node.output_path), "cause": "head_lost"},
-                    HEAD_LOST_EXIT)
+        ended = self.me.own_node.ended()
+        return None if ended is None else Lost("head_lost", {**ended, "cause": "head_lost"}, HEAD_LOST_EXIT)
 
     def tick(self) -> None:
         """While the leader runs: the registry's heartbeat."""
@@ -228,6 +213,26 @@ class Head(RankZero):
 
         if not poll_until(all_stopped, Deadline.after(RAY_STOP_GRACE + 1), STARTUP_POLL):
             me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
+
+
+def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host: str, started: float, scheduler: str,
+                   ends_at: float | None, ours: dict[str, str]) -> Entry:
+    """What the registry says of a cluster: how to reach it (GCS, dashboard, Ray Client: spec, the head node's;
+    None where it has none), what it runs (ours: the ray and python versions), until when, and how big it is;
+    no secret (the token lies beside it)."""
+    from mpiray.elastic.registry import Entry
+
+    session = cluster.session
+    return Entry(
+        job_id=session.job_id, gcs_address=session.gcs_address, head_ip=session.head_ip, host=host,
+        pid=os.getpid(), uid=os.getuid(), ray=ours["ray"], python=ours["python"],
+        log_dir=str(cluster.log_dir.resolve()), started=started, heartbeat=time.time(),
+        ends_at=ends_at, scheduler=scheduler, nodes=len(cluster.nodes),
+        cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
+        dashboard_port=spec.ports.dashboard if spec is not None and config.dashboard else None,
+        dashboard_host=dashboard_listen(config, spec.node_ip) if spec is not None else LOOPBACK,
+        client_port=head_ports(spec).ray_client if spec is not None else None,
+    )
 
 
 def own_node_count(config: Config, ranks: int, hosts: int | None) -> int:

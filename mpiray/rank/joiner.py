@@ -62,7 +62,7 @@ class Joiner(RankZero):
                      workers=me.comm.size - 1)
         start_node(me, plan.share, plan.ports, head=False)
         self.gather_hellos()  # as the head's job does: nothing of Ray goes before it passes
-        return me.own_node.up(me, joins=True)
+        return me.own_node.up(joins=True, between=me.raise_if_stopped)
 
     def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
@@ -80,11 +80,11 @@ class Joiner(RankZero):
 
     def lost(self) -> Lost | None:
         """Its own node ended: the cluster ended first (0), or this node alone is gone (1)."""
-        node = self.me.node
-        if node is None or not node.exited():
+        ended = self.me.own_node.ended()
+        if ended is None:
             return None
         if gcs_answers(self.me.current_session.gcs_address):
-            return Lost("own_node_exited", {"code": node.exit_code(), "output": str(node.output_path)}, 1)
+            return Lost("own_node_exited", ended, 1)
         return Lost("cluster_ended", {"cluster": self.me.current_session.job_id}, 0)
 
     def tick(self) -> None:

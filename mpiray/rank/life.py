@@ -29,7 +29,7 @@ from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import DRAIN_NOTICE, Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
-from mpiray.rank.ownnode import PlannedNode, RealNode, log_manifest_once_started
+from mpiray.rank.ownnode import NodeContext, PlannedNode, RealNode
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import (
     DRIVER_POLL,
@@ -101,9 +101,11 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     log.rank = comm.rank
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
+    view = resources.probe_host(gpu_vendor=config.gpu_vendor)
     # The one place a dry run is chosen for the node (the leader's: cli.leader_for); all else is the same code.
-    own_node: OwnNode = PlannedNode() if config.dry_run else RealNode()
-    me = Rank(config, comm, host_comm, env, log, stop, host, resources.probe_host(gpu_vendor=config.gpu_vendor), own_node)
+    context = NodeContext(config, log, comm.rank, host, view)
+    own_node: OwnNode = PlannedNode(context) if config.dry_run else RealNode(context)
+    me = Rank(config, comm, host_comm, env, log, stop, host, view, own_node)
     if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
         me.hosts = comm.count(host_comm.rank == 0, config.startup_timeout)
     # What a rank sees of its host does not depend on the session: send it before waiting for one.
@@ -197,12 +199,12 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
     heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
     heartbeat meanwhile."""
     config = me.config
-    limits = time_limits(me, head.batch_job)
+    limits = time_limits(config, me.env.scheduler, head.batch_job, me.log)
     while True:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
             return code
-        log_manifest_once_started(me)
+        me.own_node.describe_once_started(me.comm.library_version())
         head.tick()
         if me.stop.signum is not None:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)
@@ -227,19 +229,19 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
             me.log.event("node_lost", peer=event.source, message=event.payload)
 
 
-def time_limits(me: Rank, job: BatchJob) -> list[Limit]:
+def time_limits(config: Config, scheduler: str, job: BatchJob, log: RankLog) -> list[Limit]:
     """When the leader must be stopped, and the event that says why: --time-limit, and the walltime's end
     where rank 0 keeps that deadline itself (batchjob.walltime_stop; job: what rank 0 read of its batch job)."""
-    config, limits = me.config, []
+    limits: list[Limit] = []
     if config.time_limit:
         limits.append(Limit(Deadline.after(config.time_limit), "time_limit", {"limit": config.time_limit,
                                                                                "cause": "time_limit"}))
-    stop = walltime_stop(config, me.env.scheduler, job.ends_at)
+    stop = walltime_stop(config, scheduler, job.ends_at)
     if stop is not None:
         at, margin = stop
         limits.append(Limit(Deadline.after(at - time.time()), "walltime_near",
                             {"ends_at": job.ends_at, "margin": margin, "cause": "walltime"}))
-        me.log.event("walltime_watched", ends_at=job.ends_at, margin=margin, seconds=round(at - time.time(), 1))
+        log.event("walltime_watched", ends_at=job.ends_at, margin=margin, seconds=round(at - time.time(), 1))
     return limits
 
 

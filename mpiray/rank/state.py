@@ -17,13 +17,13 @@ from mpiray.logs.events import RankLog
 from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
-from mpiray.raynode.node import RayNode
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from mpiray.host.preflight import Finding
     from mpiray.raynode.commands import NodeSpec
+    from mpiray.raynode.container import ImageFacts
 
 DRIVER_POLL = 0.2  # seconds between checks while the leader runs: ~0% CPU for waiting ranks
 STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
@@ -72,26 +72,71 @@ class Comm(Protocol):
 
 
 class OwnNode(Protocol):
-    """How this rank's own Ray node comes up, chosen once per rank (life.setup): for real (ownnode.RealNode: a
-    raynode.node.RayNode, held in Rank.node) or as planned (ownnode.PlannedNode, --dry-run: logged, reported as
-    if the GCS showed it, nothing of Ray run). The protocol around it is the same code for both."""
+    """This rank's own Ray node over its whole life, one handle: chosen once per rank (life.setup) for real
+    (ownnode.RealNode, owning a raynode.node.RayNode) or as planned (ownnode.PlannedNode, --dry-run: logged,
+    reported as if the GCS showed it, nothing of Ray run); an idle rank's (one Ray node per host) becomes
+    ownnode.NoNode at its host's split. The protocol and the teardown call the same methods of all three, none
+    of which takes the Rank: what a node needs it was built with (ownnode.NodeContext) or is given."""
 
-    runs_ray: bool  # False: a planned node, so rank 0 has no cluster to publish, autoscale or wait for at the end
+    runs_ray: bool  # False: none runs, so rank 0 has no cluster to publish, autoscale or wait for at the end
+    @property
+    def spec(self) -> NodeSpec | None:
+        """What it was started as (None: not started)."""
+
+    @property
+    def alive(self) -> bool:
+        """It was seen ALIVE in the GCS (a planned node never is)."""
+
+    def idle(self) -> OwnNode:
+        """The node of an idle rank of the same job (its host's split gave it none)."""
 
     def port_block(self, job_id: str, units: int, reserved: int) -> PortBlock:
         """The host's port block (its first rank's): free and locked, or planned (neither checked nor locked)."""
 
-    def make_spill_dir(self, me: Rank) -> list[Finding]:
+    def make_spill_dir(self, job_id: str) -> list[Finding]:
         """The host's first rank, in the pre-flight: the job's spill dir on this host made, or why it cannot be."""
 
-    def prepare(self, me: Rank) -> Path:
+    def prepare(self, session: Session) -> Path:
         """Before its `ray start` line is built: the dir Ray gets."""
 
-    def start(self, me: Rank, spec: NodeSpec, argv: list[str], head: bool) -> None:
-        """Start its `ray start` (argv, made of spec), held until up(); or say what would run."""
+    def start(self, spec: NodeSpec, argv: list[str], head: bool, image: ImageFacts | None) -> None:
+        """Start its `ray start` (argv, made of spec; image: where it runs in the job's container), held until
+        up(); or say what would run."""
 
-    def up(self, me: Rank, joins: bool) -> NodeInfo:
-        """Let it go and wait until it is ALIVE (joins: a worker's, whose failed join is tried again)."""
+    def up(self, joins: bool, between: Callable[[], None]) -> NodeInfo:
+        """Let it go and wait until it is ALIVE (joins: a worker's, whose failed join is tried again; between:
+        called between polls, which a stop ends)."""
+
+    def check_running(self) -> None:
+        """Raise if its `ray start` already failed (while it waits for its go)."""
+
+    def pids(self) -> list[int]:
+        """Its processes, once up."""
+
+    def ended(self) -> dict[str, Any] | None:
+        """Once its `ray start` exited: its code and where its output is (an event's fields); else None."""
+
+    def stops_last(self) -> bool:
+        """On a normal end: its Ray does not drain a node it stops, so the head's must stop after the others."""
+
+    def describe_once_started(self, mpi: str) -> bool:
+        """Once its `ray start` is done starting: its manifest, logged once (mpi: the MPI library's version).
+        True when done starting."""
+
+    def settle(self) -> None:
+        """Before it stops: let its `ray start` finish starting (a deadline of RAY_STOP_GRACE)."""
+
+    def stop(self, grace: float) -> None:
+        """Stop its processes (SIGTERM, grace seconds, SIGKILL), logged."""
+
+    def close(self) -> None:
+        """Keep Ray's logs, remove its private dir and its spilled objects."""
+
+    def remove_container_on_death(self, command: list[str], monitor: Path | None) -> None:
+        """If this rank dies: its guard removes the named container the driver runs in."""
+
+    def access(self) -> tuple[str | None, str | None]:
+        """Its token's path and its private dir, for a driver (None: it has none)."""
 
 
 class Lost(NamedTuple):
@@ -117,10 +162,9 @@ class Rank:
     stop: StopRequest
     host: str
     view: resources.HostView  # what this rank sees of its host
-    own_node: OwnNode  # how this rank's Ray node comes up: for real, or as planned (--dry-run); chosen in life.setup
+    own_node: OwnNode  # this rank's Ray node: real, planned (--dry-run) or none (an idle rank); see OwnNode
     started: float = field(default_factory=time.time)
     session: Session | None = None  # from rank 0
-    node: RayNode | None = None  # this rank's Ray node, once prepared (none in a dry run, or on an idle rank)
     port_block: PortBlock | None = None  # the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
     hosts: int | None = None  # how many hosts the job's ranks are on (every rank counts them, in life.setup), where
@@ -137,13 +181,6 @@ class Rank:
             raise RuntimeError("no session yet: rank 0 has not sent it")
         return self.session
 
-    @property
-    def ray_node(self) -> RayNode:
-        """This rank's Ray node, where the step at hand needs one (not a dry run's, nor an idle rank's)."""
-        if self.node is None:
-            raise RuntimeError("this rank has no Ray node")
-        return self.node
-
     def raise_if_stopped(self) -> None:
         """Between polls: a stop signal, or rank 0's word to stop, ends the wait; rank 0's sends move on."""
         self.stop.raise_if_signalled()
@@ -159,7 +196,7 @@ class Rank:
     def metrics_port(self) -> int:
         """Where this rank's Ray node exports its metrics (Prometheus's text format), or 0 where it exports none:
         --no-metrics, or a --minimal agent (Ray without its [default] extras)."""
-        spec = self.node.spec if self.node is not None else None
+        spec = self.own_node.spec
         return spec.ports.metrics_export if spec is not None and spec.full_agent and self.config.metrics else 0
 
     def report(self, node: NodeInfo | None = None, error: str = "", exit_code: int = 0, cause: str = "") -> Report:

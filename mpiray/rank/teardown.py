@@ -12,7 +12,6 @@ import time
 
 from mpiray.deadline import Deadline
 from mpiray.rank.state import RAY_STOP_GRACE, Leader, Rank, Role
-from mpiray.raynode import raycompat, spill
 
 STOP_SIGNAL_RAY_GRACE = 2.0  # after scancel: Ray's processes got the signal too, and a raylet then hangs on SIGTERM
 MEET_MARGIN = 30.0  # seconds past --stop-grace that a rank waits for the others at the end
@@ -29,11 +28,13 @@ def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
     steps = [
         ("tell the other ranks", lambda: role.announce(code)),
         ("stop the driver", lambda: leader.stop(config.stop_grace, code) if leader is not None else None),
-        ("let `ray start` finish starting", lambda: settle(me)),
+        # A node is ALIVE ~0.3-0.9 s before its `ray start` is done: signalled in between (a driver that ends at
+        # once), it has no handler of its own yet, and its processes were seen to need SIGKILL.
+        ("let `ray start` finish starting", lambda: me.own_node.settle() if me.stop.signum is None else None),
         ("keep the head up for the workers' Ray", lambda: role.before_stopping_node(last)),
-        ("stop this rank's Ray node", lambda: stop_node(me, grace)),
+        ("stop this rank's Ray node", lambda: me.own_node.stop(grace)),
         ("tell rank 0 this rank's Ray node stopped", lambda: role.after_stopping_node(last)),
-        ("keep Ray's logs and remove the private dir", lambda: close_node(me)),
+        ("keep Ray's logs and remove the private dir", lambda: me.own_node.close()),
         ("release the host's port block", lambda: me.port_block.release() if me.port_block else None),
         ("send the last messages", lambda: me.comm.flush(5)),
         ("meet the other ranks", lambda: meet(me)),
@@ -57,35 +58,7 @@ def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
 def head_stops_last(me: Rank) -> bool:
     """On a normal end, with a Ray that does not drain a node it stops (this rank's node said so; every
     rank runs the same Ray): rank 0 waits for the workers' STOPPED, which they send."""
-    return (me.stop.signum is None and me.node is not None and me.ray_node.alive
-            and raycompat.DRAIN_ON_STOP in me.ray_node.started_output.compat)
-
-
-def settle(me: Rank) -> None:
-    """A node is ALIVE ~0.3-0.9 s before its `ray start` is done: signalled in between (a driver that
-    ends at once), it has no handler of its own yet, and its processes were seen to need SIGKILL."""
-    if me.node is not None and me.ray_node.alive and me.stop.signum is None:
-        me.ray_node.settle(Deadline.after(RAY_STOP_GRACE))
-
-
-def stop_node(me: Rank, grace: float) -> None:
-    if me.node is None:
-        return
-    report = me.ray_node.stop(grace)
-    if report.pids:
-        me.log.event("processes_stopped", count=len(report.pids), seconds=round(report.seconds, 3),
-                      killed=report.killed, pids=list(report.pids))
-
-
-def close_node(me: Rank) -> None:
-    if me.node is None:
-        return
-    for problem in me.ray_node.close():
-        me.log.event("teardown_failed", step="close this rank's node", problem=problem)
-    if me.ray_node.spill_dir is not None:  # its node's spilled objects; the dir too, once no node's are left
-        spill.remove_node(me.ray_node.spill_dir, me.ray_node.node_id)
-    if me.ray_node.kept is not None:
-        me.log.event("logs_kept", path=str(me.ray_node.kept))
+    return me.stop.signum is None and me.own_node.stops_last()
 
 
 def meet(me: Rank) -> None:

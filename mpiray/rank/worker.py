@@ -22,9 +22,8 @@ from mpiray.rank.messages import (
     Idle,
     resource_fields,
 )
-from mpiray.rank.ownnode import log_context, log_manifest_once_started, start_node, wait_for_head
+from mpiray.rank.ownnode import log_context, start_node, wait_for_head
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
-from mpiray.rank.teardown import stop_node
 
 
 class Worker:
@@ -51,16 +50,17 @@ class Worker:
         me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
         plan = split_host(me, session.ports_job_id)
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's
+            me.own_node = me.own_node.idle()
             me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)
             return
         spec = start_node(me, plan.share, plan.ports, head=False)
         me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
         wait_for_head(me)
-        node = me.own_node.up(me, joins=True)
+        node = me.own_node.up(joins=True, between=me.raise_if_stopped)
         me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
-        if me.node is not None:
-            me.log.event("node_pids", pids=me.ray_node.pids())
+        if me.own_node.runs_ray:
+            me.log.event("node_pids", pids=me.own_node.pids())
         me.comm.send(me.report(node), 0, REPORT)
 
     def wait_for_end(self) -> int:
@@ -71,7 +71,7 @@ class Worker:
         interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
         while True:
             me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
-            if not self.settled and log_manifest_once_started(me):
+            if not self.settled and me.own_node.describe_once_started(me.comm.library_version()):
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:
@@ -80,18 +80,17 @@ class Worker:
             if not self.draining and (message := me.comm.poll(0, DRAINING)) is not None:
                 self.draining = True  # Ray ends this node at once if it is idle: expected, not a loss
                 me.log.event("node_draining", why=message.payload)
-            if me.node is not None and me.ray_node.exited() and not reported_death:
+            if not reported_death and (fields := me.own_node.ended()) is not None:
                 reported_death = True
-                fields = {"code": me.ray_node.exit_code(), "output": str(me.ray_node.output_path)}
                 if self.draining:
                     me.log.event("node_drained", **fields)
-                    stop_node(me, RAY_STOP_GRACE)
+                    me.own_node.stop(RAY_STOP_GRACE)
                 elif me.stop.signum is None:
                     me.log.event("own_node_exited", **fields)
                     me.comm.send(f"its Ray node exited with code {fields['code']} (see {fields['output']})", 0, EVENT)
                     # What its raylet left (workers, a learner) is no node's any more, but it can hold the others'
                     # collectives: a learner whose raylet died kept its gloo peers waiting (torch's 30 min).
-                    stop_node(me, RAY_STOP_GRACE)
+                    me.own_node.stop(RAY_STOP_GRACE)
                 else:  # the signal reached Ray's processes too: expected
                     me.log.event("node_exited_on_signal", **fields)
             if me.stop.signum is not None:
@@ -112,7 +111,7 @@ class Worker:
         pass
 
     def before_stopping_node(self, head_stops_last: bool) -> None:
-        if self.me.node is not None and self.me.ray_node.alive and self.me.stop.signum is None and not self.settled:
+        if self.me.own_node.alive and self.me.stop.signum is None and not self.settled:
             self.send_settled()
 
     def after_stopping_node(self, head_stops_last: bool) -> None:

@@ -82,8 +82,8 @@ class RankZero:
         own = self.start_own()
         me.log.event(self.own_alive_event, gcs_address=me.current_session.gcs_address, ip=own.ip, node_id=own.node_id,
                      **resource_fields(own.resources))
-        if me.node is not None:
-            me.log.event("node_pids", pids=me.ray_node.pids())
+        if me.own_node.runs_ray:
+            me.log.event("node_pids", pids=me.own_node.pids())
 
         live = progress.Progress(progress.terminal(config.progress), me.comm.size, me.started)
         me.log.listeners.append(live.on_event)
@@ -94,10 +94,9 @@ class RankZero:
             me.log.listeners.remove(live.on_event)
             live.close()
         nodes = tuple(r for r in reports if r.node_id)
-        cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir),
-                          str(me.ray_node.token_path) if me.node and me.ray_node.token_path else None, config.stop_grace,
-                          str(me.ray_node.private.path) if me.node else None,
-                          driver_gpus=driver_gpu_variables(me.view))
+        token_path, private_dir = me.own_node.access()
+        cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir), token_path,
+                          config.stop_grace, private_dir, driver_gpus=driver_gpu_variables(me.view))
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         session = me.current_session

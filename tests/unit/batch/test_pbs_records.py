@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
 
@@ -118,19 +118,26 @@ def test_two_jobs_at_once_had_the_same_three_hosts():
 # ---- rank 0 asks qstat for its job ------------------------------------------------------------------
 
 
-def rank_zero(tmp_path: Path, job_id: str, grace: float = 20) -> SimpleNamespace:
+class ZeroInput(NamedTuple):
     """What read_batch_job is given on rank 0: its environment (a PBS job's), its log (open in a job dir), the
     driver's --stop-grace."""
+
+    env: environment.Environment
+    log: RankLog
+    grace: float
+
+
+def rank_zero(tmp_path: Path, job_id: str, grace: float = 20) -> ZeroInput:
     log = RankLog(0, recorded.MOMS[0])
     log.open(tmp_path / "logs" / job_id.split(".")[0])
-    return SimpleNamespace(env=environment.detect({"PBS_JOBID": job_id, "NCPUS": "2"}), log=log, grace=grace)
+    return ZeroInput(environment.detect({"PBS_JOBID": job_id, "NCPUS": "2"}), log, grace)
 
 
-def read(me: SimpleNamespace, rank_hosts: dict[int, str] | None = None) -> BatchJob:
+def read(me: ZeroInput, rank_hosts: dict[int, str] | None = None) -> BatchJob:
     return read_batch_job(me.env, me.log, me.grace, rank_hosts)
 
 
-def events(me: SimpleNamespace) -> list[dict]:
+def events(me: ZeroInput) -> list[dict]:
     me.log.close()
     return read_events(me.log.events_path)
 

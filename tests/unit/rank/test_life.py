@@ -9,7 +9,6 @@ import signal
 import socket
 import time
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
@@ -116,15 +115,14 @@ def test_a_lost_head_stops_the_leader_and_its_code_is_every_ranks(tmp_path, conf
 
 
 def test_the_walltime_rank_0_read_of_its_batch_job_is_a_limit_that_says_why():
-    me = SimpleNamespace(config=Config(stop_grace=20, time_limit=60), env=SimpleNamespace(scheduler="pbs"),
-                         log=RankLog(0, "n1"))
+    config, log = Config(stop_grace=20, time_limit=60), RankLog(0, "n1")
     ends_at = time.time() + 3600
-    limits = rank_life.time_limits(me, BatchJob(ends_at=ends_at))
+    limits = rank_life.time_limits(config, "pbs", BatchJob(ends_at=ends_at), log)
     assert [(limit.event, limit.fields["cause"]) for limit in limits] == [("time_limit", "time_limit"),
                                                                          ("walltime_near", "walltime")]
     assert limits[1].fields == {"ends_at": ends_at, "margin": 20 + WALLTIME_TEARDOWN, "cause": "walltime"}
     assert not any(limit.deadline.expired() for limit in limits)
-    assert rank_life.time_limits(me, BatchJob())[1:] == []  # no end known (a dry run, or no scheduler): no stop
+    assert rank_life.time_limits(config, "pbs", BatchJob(), log)[1:] == []  # no end known (a dry run, or no scheduler): no stop
 
 
 def test_a_window_of_one_lets_one_worker_join_at_a_time(tmp_path, config):
