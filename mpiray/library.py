@@ -90,7 +90,9 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
         leader.signals.put_back(process_ends=exit)
         if exit:
             sys.exit(leader.result)
-        raise LaunchError(f"the Ray cluster did not start (see the rank logs in {config.log_dir})", leader.result)
+        message, cause = leader.failure or ("see the rank logs", None)
+        raise LaunchError(f"the Ray cluster did not start: {message} (rank logs in {config.log_dir})", leader.result,
+                          cause)
     try:
         info = _connect(cluster)
     except BaseException as error:

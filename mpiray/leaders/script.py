@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import builtins
 import signal
+import socket
 import sys
 import threading
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import DriverFailed, StartupTimeout
+from mpiray.logs.events import ERROR, RankLog
 from mpiray.rank import life
 from mpiray.rank.messages import Cluster
 from mpiray.rank.signals import HANDLED, StopRequest
@@ -113,8 +115,11 @@ class ScriptLeader:
     the agent thread. The main thread's half: begin, connected, end, at_exit; the agent's: the Leader's
     start, poll, stop and close."""
 
-    def __init__(self, config, comm, log=None) -> None:
-        self.config, self.comm, self.log = config, comm, log
+    def __init__(self, config, comm, log: RankLog | None = None) -> None:
+        self.config, self.comm = config, comm
+        self.log = log if log is not None else RankLog(0, socket.gethostname())  # life.setup's, made here to hear it
+        self.failure: tuple[str, str] | None = None  # rank 0's first failure with a cause: (its message, the cause)
+        self.log.listeners.append(self._heard)
         self.signals = ScriptSignals()
         self.exit_watch = ExitWatch()
         self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
@@ -128,6 +133,12 @@ class ScriptLeader:
         self.stuck = False  # the script did not end when told to: the agent ends the process
         self.result: int | None = None  # the job's exit code, once rank.run returned
         self.agent = threading.Thread(target=self._agent, name="mpiray-agent", daemon=True)
+
+    def _heard(self, record: dict) -> None:
+        """Rank 0's log, as it is written: its first failure with a cause is why the cluster did not start."""
+        fields = record["fields"]
+        if self.failure is None and record["level"] == ERROR and fields.get("cause"):
+            self.failure = (str(fields.get("message") or record["event"]), str(fields["cause"]))
 
     # ---- the main thread ---------------------------------------------------------------------
 

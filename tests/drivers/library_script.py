@@ -7,7 +7,8 @@ time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, w
 the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
 calls Ray), blocked-in-ray (blocked in ray.get(timeout=60) of a task that sleeps 60 s), blocked-in-c (sleeps
 60 s with SIGTERM blocked in the main thread, as C code that never returns to Python), finalize-pause
-(exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs).
+(exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs), port-in-use
+(init(exit=False, port=P) with P held by this script: rank 0 cannot start the head; prints `REFUSED {json}`).
 Every rank prints `RANK r: ...` lines; rank 0 prints `CONNECTED {json}` once connected.
 """
 
@@ -40,6 +41,20 @@ def connected(info) -> None:
         "ranks": [n.rank for n in info.nodes],
     }), flush=True)
 
+
+if mode == "port-in-use":
+    import socket
+
+    from mpiray.errors import LaunchError
+
+    holder = socket.socket()
+    holder.bind(("", 0))
+    holder.listen()
+    try:
+        mpiray.init(log_dir=log_dir, exit=False, port=holder.getsockname()[1])
+    except LaunchError as error:
+        print("REFUSED " + json.dumps({"code": error.exit_code, "cause": error.cause, "message": str(error)}), flush=True)
+    sys.exit(0)
 
 if mode == "context":
     with mpiray.cluster(log_dir=log_dir, exit=False) as info:

@@ -20,6 +20,7 @@ from helpers import (
     Launch,
     alive_pids,
     assert_nothing_left,
+    driver_report,
     exit_codes,
     last_event,
     rank_pid,
@@ -250,6 +251,16 @@ def test_exit_false_returns_none_after_the_cluster_stopped_and_mpi_goes_on(tmp_p
     assert result.stdout.count("MPI after the cluster, allreduce 1") == 2
     assert "pending" not in result.stderr  # no MPICH complaint about leaked communicators
     assert_every_rank_ended_with(job_dir, 2, 0)
+
+
+def test_a_cluster_that_did_not_start_is_a_launch_error_with_rank_0s_reason_and_cause(tmp_path):
+    result, job_dir = run_script(tmp_path, "port-in-use", ranks=0)
+    assert result.returncode == 0, result.stderr
+    refused = driver_report(result.stdout, "REFUSED", result.stderr)
+    assert (refused["code"], refused["cause"]) == (2, "port_in_use")
+    assert refused["message"].startswith("the Ray cluster did not start: --port ")
+    assert "is already in use" in refused["message"]
+    assert_every_rank_ended_with(job_dir, 1, 2)
 
 
 def test_the_context_manager_stops_the_cluster_when_the_block_ends(tmp_path):
