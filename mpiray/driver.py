@@ -6,8 +6,9 @@ driver gets": RAY_ADDRESS, MPIRAY_JOB_ID, MPIRAY_LOG_DIR, MPIRAY_RESTART, ...). 
 cannot read from it alone:
 - LEARNER_SLOT: the custom resource every node offers, one per GPU, else 1 (--learner-slots): ask one per learner
   (or per training worker) to put them one to a slot, so spread over the nodes;
-- job_log(prefix): an event log of the driver's own in the job's log dir, beside the ranks' (`mpiray logs` reads
-  it), or None outside a job;
+- job_log(prefix, kinds): an event log of the driver's own in the job's log dir, beside the ranks' (`mpiray logs`
+  reads it), of the event kinds the driver declares (event_kinds, with the levels INFO, WARNING, ERROR), or None
+  outside a job;
 - private_local_ray(): a local Ray as safe as mpiray's cluster (a fresh token, a private 0700 temp dir) for a
   driver run with no cluster;
 - restart(): which start of a requeued or rerun job this is, as the batch system says it (None: the first);
@@ -27,25 +28,27 @@ from typing import Iterator, Mapping, MutableMapping
 
 from mpiray.batch import environment
 from mpiray.batch.environment import safe_job_id
-from mpiray.logs.events import RankLog
+from mpiray.logs.events import ERROR, INFO, WARNING, Kind, RankLog, event_kinds
 from mpiray.raynode import raycompat
 from mpiray.raynode.commands import LEARNER_SLOT
 from mpiray.raynode.private import PrivateDir
 
-__all__ = ["LEARNER_SLOT", "JobLog", "job_log", "private_local_ray", "ray_version", "restart", "safe_job_id"]
+__all__ = ["ERROR", "INFO", "LEARNER_SLOT", "WARNING", "JobLog", "Kind", "event_kinds", "job_log", "private_local_ray",
+           "ray_version", "restart", "safe_job_id"]
 
-JobLog = RankLog  # event(name, **fields): a name of mpiray.logs.events.KINDS, its fields
+JobLog = RankLog  # event(name, **fields): a name of the kinds it was opened with, its fields
 ray_version = raycompat.ray_version
 
 
-def job_log(prefix: str, environ: Mapping[str, str] = os.environ) -> JobLog | None:
+def job_log(prefix: str, kinds: Mapping[str, Kind], environ: Mapping[str, str] = os.environ) -> JobLog | None:
     """An open event log PREFIXrank-0000.{jsonl,log} in the job's log dir (MPIRAY_LOG_DIR/MPIRAY_JOB_ID, as the
-    launcher exports them to its driver); None when this process runs in no launcher's job."""
+    launcher exports them to its driver), of the driver's own event kinds (event_kinds(name=(level, text)), each
+    text a str.format over its fields); None when this process runs in no launcher's job."""
     log_dir, job_id = environ.get("MPIRAY_LOG_DIR"), environ.get("MPIRAY_JOB_ID")
     job_dir = Path(log_dir) / safe_job_id(job_id) if log_dir and job_id else None
     if job_dir is None or not job_dir.is_dir():
         return None
-    log = RankLog(0, socket.gethostname())
+    log = RankLog(0, socket.gethostname(), kinds)
     log.open(job_dir, prefix=prefix)
     return log
 

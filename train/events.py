@@ -1,6 +1,7 @@
 """The trainer's own events, where `mpiray logs` reads them: LOG_DIR/JOB/trainer-rank-0000.jsonl beside the
 ranks' logs, when it runs as the launcher's driver (MPIRAY_LOG_DIR and MPIRAY_JOB_ID name the job's dir);
-nowhere otherwise. Programs read the events' names and fields (mpiray/logs/events.py KINDS), never the text."""
+nowhere otherwise. Its kinds are declared here (KINDS), not in mpiray; programs read the events' names and
+fields, never the text (`mpiray logs` names the cause of a lost learner's node from learner_node_lost)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from typing import Mapping, Optional
 from mpiray import driver
 
 PREFIX = "trainer-"
+KINDS = driver.event_kinds(
+    learners_placed=(driver.INFO, "trial {trial}: learners: {count} on {nodes} nodes: {addresses}"),
+    learner_node_lost=(driver.ERROR, "trial {trial}: a learner's node was lost; RLlib does not restart learners, so "
+                                     "the trial failed after its last checkpoint: {error}"),
+)
 _log: Optional[driver.JobLog] = None
 
 
@@ -17,7 +23,7 @@ def trainer_log(environ: Mapping[str, str] = os.environ) -> Optional[driver.JobL
     """The job's trainer log, opened once (None: no launcher's job dir to write it in)."""
     global _log
     if _log is None:
-        _log = driver.job_log(PREFIX, environ)
+        _log = driver.job_log(PREFIX, KINDS, environ)
     return _log
 
 

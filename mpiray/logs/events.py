@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
 
 from mpiray.logs.files import open_append, rank_events_name, rank_log_name
 
@@ -39,21 +39,19 @@ class Kind:
     text: str  # str.format over the event's fields (and rank, host): the human log's line
 
 
-def _kinds(**kinds: tuple[str, str]) -> dict[str, Kind]:
+def event_kinds(**kinds: tuple[str, str]) -> dict[str, Kind]:
+    """A table of event kinds: name=(level, text). mpiray's is KINDS; a driver's log has its own (driver.job_log)."""
     return {name: Kind(level, text) for name, (level, text) in kinds.items()}
 
 
 # Every event a rank writes, in the order a job meets them. Fields are named in the text, or listed
 # in a comment where the text leaves some out (docs/logs.md is checked against this table).
-KINDS = _kinds(
+KINDS = event_kinds(
     # -- start-up ------------------------------------------------------------------------------
     qdel_cuts_grace=(WARNING, "PBS's queue {queue} kills a job {kill_delay:g} s after a qdel's SIGTERM, before the "
                                "driver's --stop-grace {grace:g} s and Ray's stop end: a qdel'ed driver may lose its "
                                "checkpoint (the walltime stop gives it the whole grace); lower --stop-grace, or ask "
                                "the site for a longer kill_delay"),
-    learners_placed=(INFO, "trial {trial}: learners: {count} on {nodes} nodes: {addresses}"),  # the trainer's
-    learner_node_lost=(ERROR, "trial {trial}: a learner's node was lost; RLlib does not restart learners, so the "
-                               "trial failed after its last checkpoint: {error}"),
     netmod_chosen=(INFO, "MPI: the PyPI MPICH wheel's network module set to {netmod} (MPIR_CVAR_CH4_NETMOD; its "
                          "default, UCX, can fail MPI_Init under srun --mpi=pmi2); set it yourself to choose another"),
     launched=(INFO, "started by {launcher} (task {task}), before MPI_Init"),  # + scheduler, mpi_type, netmod
@@ -202,14 +200,14 @@ class _Formatter(string.Formatter):
 _FORMATTER = _Formatter()
 
 
-def text(name: str, fields: dict) -> str:
-    """What an event says, in words (its KINDS text over its fields, and the record's rank, host, pid)."""
-    return _FORMATTER.vformat(KINDS[name].text, (), _Fields(fields))
+def text(name: str, fields: dict, kinds: Mapping[str, Kind] = KINDS) -> str:
+    """What an event says, in words (its kind's text over its fields, and the record's rank, host, pid)."""
+    return _FORMATTER.vformat(kinds[name].text, (), _Fields(fields))
 
 
-def render(name: str, fields: dict) -> str:
+def render(name: str, fields: dict, kinds: Mapping[str, Kind] = KINDS) -> str:
     """The human log's line of an event (without its time stamp): its text, marked if a warning or error."""
-    return {WARNING: "WARNING: ", ERROR: "ERROR: "}.get(KINDS[name].level, "") + text(name, fields)
+    return {WARNING: "WARNING: ", ERROR: "ERROR: "}.get(kinds[name].level, "") + text(name, fields, kinds)
 
 
 def stamp(seconds: float) -> str:
@@ -223,8 +221,8 @@ class RankLog:
     (the live start-up line is one). Thread-safe: mpiray.init()'s rank 0 logs from two threads.
     """
 
-    def __init__(self, rank: int, host: str):
-        self.rank, self.host = rank, host
+    def __init__(self, rank: int, host: str, kinds: Mapping[str, Kind] = KINDS):
+        self.rank, self.host, self.kinds = rank, host, kinds  # kinds: the events it may write (a driver's own)
         self.path: Path | None = None  # the human log
         self.events_path: Path | None = None
         self.listeners: list[Callable[[dict], None]] = []
@@ -272,10 +270,10 @@ class RankLog:
 
     def event(self, name: str, /, **fields) -> dict:
         """Log one event; returns its record."""
-        if name not in KINDS:
+        if name not in self.kinds:
             raise KeyError(f"no such event kind: {name}")  # a typo in mpiray itself: fail its tests
         record = {"v": SCHEMA, "time": round(time.time(), 3), "rank": self.rank, "host": self.host,
-                  "pid": os.getpid(), "event": name, "level": KINDS[name].level, "fields": fields}
+                  "pid": os.getpid(), "event": name, "level": self.kinds[name].level, "fields": fields}
         with self._lock:
             if self._human is None:
                 self._pending.append(record)
@@ -283,10 +281,10 @@ class RankLog:
                 self._write(record)
                 if self._provisional is not None:
                     self._provisional.append(record)
-        level = KINDS[name].level
+        level = self.kinds[name].level
         if level != INFO:
             where = f" (log: {self.path})" if self.path and level == ERROR else ""
-            said = text(name, {"rank": self.rank, "host": self.host, "pid": os.getpid(), **fields})
+            said = text(name, {"rank": self.rank, "host": self.host, "pid": os.getpid(), **fields}, self.kinds)
             print(f"mpiray: rank {self.rank} ({self.host}): {level}: {said}{where}", file=sys.stderr, flush=True)
         for listener in self.listeners:
             listener(record)
@@ -294,7 +292,8 @@ class RankLog:
 
     def _write(self, record: dict) -> None:
         assert self._human is not None and self._events is not None  # only while open
-        line = render(record["event"], {"rank": self.rank, "host": self.host, "pid": record["pid"], **record["fields"]})
+        line = render(record["event"], {"rank": self.rank, "host": self.host, "pid": record["pid"], **record["fields"]},
+                      self.kinds)
         self._human.write(f"{stamp(record['time'])} rank {self.rank} ({self.host}): {line}\n")
         self._events.write(json.dumps(record, default=str) + "\n")
 

@@ -18,6 +18,7 @@ from mpiray.logs.events import KINDS
 from mpiray.logs.report.classify import CAUSES
 from mpiray.options import OPTIONS, library_config
 from mpiray.rank.state import HEAD_LOST_EXIT, TIME_LIMIT_EXIT
+from train import events as trainer_events
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -56,9 +57,10 @@ def test_config_has_exactly_the_declared_options_with_their_defaults():
 
 
 def test_every_event_is_documented_with_its_level():
+    """mpiray's events and the trainer's own (train/events.py declares them, as any driver may its own)."""
     page = (DOCS / "logs.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| (info|warning|error) \|", page, re.M))
-    assert rows == {name: kind.level for name, kind in KINDS.items()}
+    assert rows == {name: kind.level for name, kind in {**KINDS, **trainer_events.KINDS}.items()}
 
 
 def test_every_failure_cause_has_its_section_in_troubleshooting():
