@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lifecycle import KEEP_ENV
 
 from . import testbed
 
@@ -55,7 +56,7 @@ def pbs_testbed():
     try:
         yield bed
     finally:
-        if os.environ.get(testbed.KEEP_ENV) != "1":
+        if os.environ.get(KEEP_ENV) != "1":
             testbed.down(bed.state_dir)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: python tests/pbs/testbed.py up
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from lifecycle import bring_up, check_ours, network_lines, remove_state  # noqa: E402
 from netns import (  # noqa: E402
     POLL_INTERVAL_S,
     Daemons,
@@ -42,17 +43,14 @@ from netns import (  # noqa: E402
     TestbedError,
     alive,
     command_line,
-    link_exists,
     processes_on,
     processes_with,
-    remove_stale_mpich_segments,
     run,
     terminate,
 )
 from netns import unavailable_reason as _unavailable  # noqa: E402
 
 STATE_DIR_ENV = "MPIRAYTEST_PBS_TESTBED_DIR"
-KEEP_ENV = "MPIRAYTEST_KEEP_TESTBED"
 USER_ENV = "MPIRAYTEST_PBS_USER"
 # Not below /tmp: PBS refuses a PBS_HOME whose path passes a directory others may write ("Security violation").
 DEFAULT_STATE_DIR = Path("/var/spool/mpiray-pbs")
@@ -379,19 +377,9 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
     testbed = describe(state_dir)
     if not is_up(state_dir):
         prepare(testbed.user)
-        down(state_dir)  # leftovers of a crashed run
-        remove_stale_mpich_segments()
-        try:
-            _start(testbed, timeout)
-        except BaseException as error:
-            if os.environ.get(KEEP_ENV) == "1":
-                raise
-            saved = _save_logs(testbed)
-            down(state_dir)
-            if isinstance(error, TestbedError):
-                raise TestbedError(f"{error}\n(the testbed is down again; logs copied to {saved}, or set "
-                                   f"{KEEP_ENV}=1 to leave it up)") from error
-            raise
+        bring_up(testbed, lambda: _start(testbed, timeout), lambda: down(state_dir),
+                 lambda: [testbed.log_dir, *testbed.server_home.glob("*_logs"),
+                          *testbed.state_dir.glob("mpiray-pbs*/mom_logs")])
     deadline = time.monotonic() + timeout
     while (states := testbed.node_states()) != dict.fromkeys(testbed.node_names, "free"):
         if time.monotonic() > deadline:
@@ -401,23 +389,12 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
     return testbed
 
 
-def _save_logs(testbed: Testbed) -> Path:
-    saved = Path(f"{testbed.state_dir}-failed-logs")
-    shutil.rmtree(saved, ignore_errors=True)
-    saved.mkdir(parents=True)
-    for logs in [testbed.log_dir, *testbed.server_home.glob("*_logs"), *testbed.state_dir.glob("mpiray-pbs*/mom_logs")]:
-        if logs.is_dir():
-            shutil.copytree(logs, saved / logs.relative_to(testbed.state_dir), dirs_exist_ok=True)
-    return saved
-
-
 def down(state_dir: str | Path | None = None) -> None:
     """Stop what up() started (the moms and every job process on their hosts, then the server side), put
     back /etc/pbs.conf, delete the namespaces, bridge, /etc/hosts block and state dir."""
     testbed = describe(state_dir)
     state = testbed.state_dir
-    if state.exists() and not state_dir_is_ours(testbed) and any(state.iterdir()):
-        raise TestbedError(f"{state} is not a PBS testbed state directory; not touching it")
+    check_ours(state, MARKER_FILE)
     terminate([pid for node in testbed.nodes for pid in processes_on(node)])  # moms, jobs, Ray
     if testbed.daemons.pid("pbs_server") or testbed.daemons.pid("postgres"):
         _server_side(testbed, "stop", timeout=60)
@@ -430,8 +407,7 @@ def down(state_dir: str | Path | None = None) -> None:
     for leftover in Path("/var/tmp").glob(f"pbs.*.{testbed.server}"):
         shutil.rmtree(leftover, ignore_errors=True)
     Path("/var/tmp/pbs_boot_check").unlink(missing_ok=True)
-    if state.exists():
-        shutil.rmtree(state)
+    remove_state(state, MARKER_FILE)
 
 
 def status(state_dir: str | Path | None = None) -> str:
@@ -440,12 +416,7 @@ def status(state_dir: str | Path | None = None) -> str:
     for name in [*SERVER_DAEMONS, *(f"pbs_mom-{node.name}" for node in testbed.nodes)]:
         pid = testbed.daemons.pid(name)
         lines.append(f"{name}: {'running, pid %d' % pid if pid else 'not running'}")
-    for bridge in (BRIDGE, HSN_BRIDGE):
-        lines.append(f"bridge {bridge}: {'present' if link_exists(bridge) else 'absent'}")
-    for node in testbed.nodes:
-        present = node.netns_path.exists()
-        extra = f", {len(processes_on(node))} processes" if present else ""
-        lines.append(f"netns {node.name} ({node.ip}, hsn0 {node.hsn_ip}): {'present' if present else 'absent'}{extra}")
+    lines += network_lines(testbed, (BRIDGE, HSN_BRIDGE))
     if testbed.daemons.pid("pbs_server"):
         states = testbed.node_states()
         lines.append("pbsnodes: " + (", ".join(f"{n}={s}" for n, s in states.items()) if states else "no answer"))

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lifecycle import KEEP_ENV
 
 from . import testbed
 
@@ -35,7 +36,7 @@ def slurm_testbed():
     try:
         yield bed
     finally:
-        if os.environ.get(testbed.KEEP_ENV) != "1":
+        if os.environ.get(KEEP_ENV) != "1":
             testbed.down(bed.state_dir)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: python tests/slurm/testbed.py up
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from lifecycle import bring_up, check_ours, network_lines, remove_state  # noqa: E402
 from netns import (  # noqa: E402
     COMMAND_TIMEOUT_S,
     POLL_INTERVAL_S,
@@ -39,17 +40,14 @@ from netns import (  # noqa: E402
     Node,
     TestbedError,
     command_line,
-    link_exists,
     login_command,
     processes_on,
     processes_with,
-    remove_stale_mpich_segments,
     terminate,
 )
 from netns import unavailable_reason as _unavailable  # noqa: E402
 
 STATE_DIR_ENV = "MPIRAYTEST_TESTBED_DIR"
-KEEP_ENV = "MPIRAYTEST_KEEP_TESTBED"
 DEFAULT_STATE_DIR = Path("/tmp/mpiray-slurm")
 # Marks a state directory as ours, so that down() never deletes a directory it did not make.
 MARKER_FILE = ".mpiray-testbed"
@@ -434,41 +432,23 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
                if shutil.which(tool) is None]
     if missing:
         raise TestbedError(f"{', '.join(missing)} not found; run tests/slurm/install.sh")
-    down(state_dir)  # leftovers of a crashed run
-    remove_stale_mpich_segments()
-    try:
+
+    def start() -> None:
         _make_state_dir(testbed)
         testbed.network.create()
         _start_munged(testbed)
         _start_slurm(testbed)
-        _wait_for(lambda: _all_nodes_in(testbed, ("idle",)), testbed,
-                  f"{NODE_COUNT} idle nodes in sinfo", timeout)
-    except BaseException as error:
-        if os.environ.get(KEEP_ENV) == "1":
-            raise
-        saved = _save_logs(testbed)
-        down(state_dir)
-        if isinstance(error, TestbedError):
-            raise TestbedError(f"{error}\n(the testbed is down again; logs copied to {saved}, "
-                               f"or set {KEEP_ENV}=1 to leave it up)") from error
-        raise
+        _wait_for(lambda: _all_nodes_in(testbed, ("idle",)), testbed, f"{NODE_COUNT} idle nodes in sinfo", timeout)
+
+    bring_up(testbed, start, lambda: down(state_dir),
+             lambda: [testbed.log_dir, testbed.munge_dir / "munged.log", testbed.conf_path])
     return testbed
-
-
-def _save_logs(testbed: Testbed) -> Path:
-    # The logs an error names must outlive the teardown that follows a failed start.
-    saved = Path(f"{testbed.state_dir}-failed-logs")
-    shutil.rmtree(saved, ignore_errors=True)
-    saved.mkdir(parents=True)
-    for log in [*testbed.log_dir.glob("*"), testbed.munge_dir / "munged.log", testbed.conf_path]:
-        if log.is_file():
-            shutil.copy(log, saved)
-    return saved
 
 
 def down(state_dir: str | Path | None = None) -> None:
     """Stop what up() started, delete namespaces, bridge, /etc/hosts block and state dir."""
     testbed = describe(state_dir)
+    check_ours(testbed.state_dir, MARKER_FILE)
     controller = testbed.daemons.pid("slurmctld")
     node_processes = [pid for node in testbed.nodes for pid in processes_on(node)]
     # Powering off the nodes: slurmd, slurmstepd and every job process on them.
@@ -477,11 +457,7 @@ def down(state_dir: str | Path | None = None) -> None:
     if munged is not None:
         terminate([munged])
     testbed.network.delete()
-    state = testbed.state_dir
-    if state.exists():
-        if not (state / MARKER_FILE).exists() and any(state.iterdir()):
-            raise TestbedError(f"{state} is not a testbed state directory; not deleting it")
-        shutil.rmtree(state)
+    remove_state(testbed.state_dir, MARKER_FILE)
 
 
 def status(state_dir: str | Path | None = None) -> str:
@@ -492,12 +468,7 @@ def status(state_dir: str | Path | None = None) -> str:
     for daemon in _daemon_names(testbed):
         pid = testbed.daemons.pid(daemon)
         lines.append(f"{daemon}: {'running, pid %d' % pid if pid else 'not running'}")
-    for bridge in (BRIDGE, HSN_BRIDGE):
-        lines.append(f"bridge {bridge}: {'present' if link_exists(bridge) else 'absent'}")
-    for node in testbed.nodes:
-        present = node.netns_path.exists()
-        extra = f", {len(processes_on(node))} processes" if present else ""
-        lines.append(f"netns {node.name} ({node.ip}, hsn0 {node.hsn_ip}): {'present' if present else 'absent'}{extra}")
+    lines += network_lines(testbed, (BRIDGE, HSN_BRIDGE))
     if testbed.conf_path.exists():
         states = testbed.node_states()
         lines.append("sinfo: " + (", ".join(f"{n}={s}" for n, s in states.items())
