@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A real node's size: one Ray node declared with 104 CPUs (a Kestrel node) runs 104 one-CPU actors.
 
-    .venv/bin/python tests/benchmarks/bench_big_node.py [--repeats 2] [--cpus 104] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_big_node [--repeats 2] [--cpus 104] [--out tests/benchmarks]
 
 Each repeat runs, one after the other, the same driver (tests/drivers/many_actors.py: start the actors
 at once, wait until every one answers) on
@@ -28,9 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import write_report
+from process_control import end_group
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from process_control import end_group  # noqa: E402
 
 PYTHON = sys.executable
 RAY = str(Path(PYTHON).parent / "ray")
@@ -137,8 +138,7 @@ def main() -> int:
             print(name, rows[name][-1], flush=True)
     text = markdown(rows, args.cpus)
     print(text)
-    (args.out / "big_node_report.md").write_text(text)
-    (args.out / "big_node_report.json").write_text(json.dumps(rows, indent=1))
+    write_report(args.out, "big_node", text, rows, indent=1)
     if all(row["exit"] == 0 for found in rows.values() for row in found):
         shutil.rmtree(scratch, ignore_errors=True)
     else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ray Client drivers (ray://, what `mpiray attach` uses from a login node) that connect, or not.
 
-    .venv/bin/python tests/benchmarks/bench_client_connect.py [--rounds 25] [--at-once 4] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_client_connect [--rounds 25] [--at-once 4] [--out tests/benchmarks]
 
 The head's Ray Client proxy forks one server per driver. Each configuration starts one 2-CPU node and runs
 ROUNDS rounds of AT_ONCE drivers at once (`ray.init("ray://...")`, one task), as several users' or scripts'
@@ -16,7 +16,6 @@ writes client_connect_report.md and client_connect_report.json beside this file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -27,12 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-sys.path.insert(0, str(ROOT))
-from mpiray.elastic.registry import Registry  # noqa: E402
+from mpiray.elastic.registry import Registry
 
-from process_control import end_group  # noqa: E402
+from harness import write_report
+from process_control import end_group
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PYTHON = sys.executable
 RAY = str(Path(PYTHON).parent / "ray")
@@ -148,8 +147,7 @@ def main() -> int:
         print(name, rows[name], flush=True)
     text = markdown(rows, args.rounds, args.at_once)
     print(text)
-    (args.out / "client_connect_report.md").write_text(text)
-    (args.out / "client_connect_report.json").write_text(json.dumps(rows, indent=1))
+    write_report(args.out, "client_connect", text, rows, indent=1)
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

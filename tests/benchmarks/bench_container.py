@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ray from a container image against the same job bare: a whole 3-host job, and the image's start per node.
 
-    .venv/bin/python tests/benchmarks/bench_container.py [--repeats 3] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_container [--repeats 3] [--out tests/benchmarks]
 
 On the 3-host Slurm testbed (root; brought up if need be), interleaved, each repeat, the image built and cached
 beforehand (tests/containers/image.sh; podman's in its storage):
@@ -17,7 +17,6 @@ within 1.2x the bare one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from elastic_measures import interleave, row, table  # noqa: E402
+from containers.images import IMAGE_SCRIPT, runtime_env
+from elastic_measures import interleave, row, table
+from harness import write_report
+from slurm import testbed
 
-from containers.images import IMAGE_SCRIPT, runtime_env  # noqa: E402
-from slurm import testbed  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PYTHON = sys.executable
 START_RAY = str(ROOT / "start_ray.py")
@@ -106,8 +105,7 @@ def main() -> int:
         "Every run: " + "; ".join(f"{name} " + ", ".join(str(run["job_s"]) for run in results)
                                   for name, results in runs.items()), ""])
     print(text)
-    (args.out / "container_report.md").write_text(text)
-    (args.out / "container_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, "container", text, report, indent=2)
     return 0
 
 

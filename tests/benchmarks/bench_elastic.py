@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Elastic clusters: from Ray's demand to a joined worker node, against the same worker job by hand.
 
-    .venv/bin/python tests/benchmarks/bench_elastic.py [--repeats 3] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_elastic [--repeats 3] [--out tests/benchmarks]
 
 On the 3-host Slurm testbed (root; brought up if need be), interleaved, each repeat:
 1. autoscaled: `srun -N1 start_ray.py --autoscale 1:2 -- driver`, whose driver asks for a STRICT_SPREAD
@@ -27,16 +27,16 @@ import threading
 import time
 from pathlib import Path
 
+from mpiray.batch import jobs, slurm
+from mpiray.elastic.provider import SCHEDULER_POLL_S
+from mpiray.elastic.registry import Registry
+from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S
+
+from elastic_measures import DEMAND, interleave, node_alive_time, row, table
+from harness import write_report
+from slurm import testbed
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from elastic_measures import DEMAND, interleave, node_alive_time, row, table  # noqa: E402
-
-from mpiray.batch import jobs, slurm  # noqa: E402
-from mpiray.elastic.provider import SCHEDULER_POLL_S  # noqa: E402
-from mpiray.elastic.registry import Registry  # noqa: E402
-from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
-
-from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
 START_RAY = str(ROOT / "start_ray.py")
@@ -128,8 +128,7 @@ def main() -> int:
         "Every run: " + "; ".join(f"by hand {h['sbatch_to_node_alive_s']} s, autoscaled "
                                   f"{a['demand_to_node_alive_s']} s" for h, a in zip(hand, auto)), ""])
     print(text)
-    (args.out / "elastic_report.md").write_text(text)
-    (args.out / "elastic_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, "elastic", text, report, indent=2)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Learners over the nodes: time per training iteration with 1, 2 and 3 remote learners, and what mpiray costs.
 
-    .venv/bin/python tests/benchmarks/bench_learners.py [--repeats 2] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_learners [--repeats 2] [--out tests/benchmarks]
 
 On the 3-host Slurm testbed (root; brought up if need be), one run at a time:
 1. Scaling: `srun -N3 start_ray.py -- python -m train --num-learners K` (PPO on CartPole, a fixed batch of
@@ -26,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import write_report
+from process_control import end_group
+from slurm import testbed
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from process_control import end_group  # noqa: E402
-from slurm import testbed  # noqa: E402
 
 PYTHON = sys.executable
 RAY = str(Path(PYTHON).parent / "ray")
@@ -160,8 +161,7 @@ def main() -> int:
             testbed.down()
     text = markdown(scaling, cost)
     print(text)
-    (args.out / "learners_report.md").write_text(text)
-    (args.out / "learners_report.json").write_text(json.dumps({"scaling": scaling, "cost": cost}, indent=1))
+    write_report(args.out, "learners", text, {"scaling": scaling, "cost": cost}, indent=1)
     return 0
 
 

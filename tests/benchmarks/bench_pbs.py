@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PBS: a 3-host cluster's start under qsub, and elastic worker jobs, on the OpenPBS testbed.
 
-    .envs/pbs/bin/python tests/benchmarks/bench_pbs.py [--repeats 3] [--out tests/benchmarks]
+    .envs/pbs/bin/bash tests/benchmarks/run bench_pbs [--repeats 3] [--out tests/benchmarks]
 
 Root, the PBS testbed (tests/pbs/; brought up if need be, taken down at the end unless it was up), and
 the Python of `bash tests/envs.sh pbs` (jobs run as the testbed's ordinary user). Interleaved, each repeat:
@@ -26,18 +26,18 @@ import sys
 import time
 from pathlib import Path
 
+from mpiray.batch import jobs
+from mpiray.batch.pbs import pbs_script
+from mpiray.logs.events import read_events
+from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S
+
+from elastic_measures import DEMAND, interleave, node_alive_time, row, series, table
+from harness import write_report
+from pbs import testbed
+from pbs.fixture import PbsJobs
+from process_control import wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from elastic_measures import DEMAND, interleave, node_alive_time, row, series, table  # noqa: E402
-
-from mpiray.batch import jobs  # noqa: E402
-from mpiray.batch.pbs import pbs_script  # noqa: E402
-from mpiray.logs.events import read_events  # noqa: E402
-from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S  # noqa: E402
-
-from pbs import testbed  # noqa: E402
-from pbs.fixture import PbsJobs  # noqa: E402
-from process_control import wait_for  # noqa: E402
 
 PYTHON = sys.executable
 JOBS = ROOT / "jobs"
@@ -175,8 +175,7 @@ def main() -> int:
         f"Ray's autoscaler updates every {AUTOSCALER_UPDATE_S} s.", "", *rows, "",
         "Every run: " + "; ".join(f"{k} {report['runs'][k]}" for k in runs), "", NOTE, ""])
     print(text)
-    (args.out / "pbs_report.md").write_text(text)
-    (args.out / "pbs_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, "pbs", text, report, indent=2)
     return 0
 
 

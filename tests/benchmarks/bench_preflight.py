@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the pre-flight costs, and the protocol at 64 ranks against a bare mpi4py barrier.
 
-    .venv/bin/python tests/benchmarks/bench_preflight.py [--repeats 3] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_preflight [--repeats 3] [--out tests/benchmarks]
 
 1. The pre-flight's own cost, in fresh processes (as a rank pays it: nothing cached yet), median of 20: a
    rank's part (the versions of what it runs, from the dist-info names, and MPI's library version) and a
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -103,9 +104,8 @@ def main() -> int:
               "`mpiray logs`, psutil, the driver's output pump). They are now imported where they are used."]
     text = "\n".join(lines) + "\n"
     print(text)
-    (args.out / "preflight_report.md").write_text(text)
-    (args.out / "preflight_report.json").write_text(json.dumps(
-        {"rank_ms": rank_ms, "host_ms": host_ms, "dry_s": dry, "bare_s": bare, "ratio": ratio}, indent=1))
+    write_report(args.out, "preflight", text,
+                 {"rank_ms": rank_ms, "host_ms": host_ms, "dry_s": dry, "bare_s": bare, "ratio": ratio}, indent=1)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scale benchmark: real Ray nodes on the 3-host Slurm testbed, and the protocol alone (--dry-run).
 
-    .venv/bin/python tests/benchmarks/bench_scale.py [--runs-24 5] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run bench_scale [--runs-24 5] [--out tests/benchmarks]
 
 1. Real nodes: `srun -N3 -n{3,6,12,24} --overcommit --mpi=pmi2 start_ray.py` on the testbed (needs
    root; it is brought up if need be). Per run: seconds from srun to the driver's start (all nodes
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import re
 import statistics
@@ -28,11 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from mpiray.logs.events import read_events  # noqa: E402
+from mpiray.logs.events import read_events
 
-from slurm import testbed  # noqa: E402
+from harness import write_report
+from slurm import testbed
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PYTHON = sys.executable
 MPIRUN = str(Path(sys.executable).parent / "mpirun")
@@ -179,8 +179,7 @@ def main() -> int:
     text = report(real, protocol)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale_report.md").write_text(text + "\n![scale](scale.png)\n")
-    (args.out / "scale_report.json").write_text(json.dumps({"real": real, "protocol": protocol}, indent=1))
+    write_report(args.out, "scale", text + "\n![scale](scale.png)\n", {"real": real, "protocol": protocol}, indent=1)
     draw(real, protocol, args.out / "scale.png")
     return 0
 

@@ -5,9 +5,9 @@ train ...``), or with ``--standalone`` on a local Ray, and a single-process
 reference (``--num-env-runners 0`` on a local Ray) in the same invocation, then
 prints a markdown table and draws one-core-vs-all-cores reward curves per task.
 
-    python tests/benchmarks/bench_train.py                      # launcher, np=4
-    python tests/benchmarks/bench_train.py --standalone --tasks ppo
-    python tests/benchmarks/bench_train.py --no-reference --np 2
+    bash tests/benchmarks/run bench_train                      # launcher, np=4
+    bash tests/benchmarks/run bench_train --standalone --tasks ppo
+    bash tests/benchmarks/run bench_train --no-reference --np 2
 
 Run it from the repository root with the project's venv Python.
 """
@@ -171,7 +171,6 @@ def read_progress(experiment_dir: Path) -> list[dict]:
 
 def draw_comparison(task_name: str, measurements: list[Measurement], storage: Path) -> None:
     """The tutorial's comparison figure: one PNG per task, one curve per mode."""
-    sys.path.insert(0, str(REPO_ROOT))
     from train.options import PlotOptions
     from train.plot import plot_runs
 

@@ -1,7 +1,7 @@
 """What the elastic benchmarks on the batch testbeds share (bench_elastic.py: Slurm, bench_pbs.py: PBS): the demand
 driver, when a joined node was ALIVE, and one wait-and-measure loop: repeats that interleave the measures, each
-alone in the queue, and a table of medians with ratios to a reference measured in the same run. Both put tests/support/
-on sys.path first (process_control)."""
+alone in the queue, and a table of medians with ratios to a reference measured in the same run. Both run through
+tests/benchmarks/run, with tests/support/ on their path (process_control)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory of an RLlib training's processes: the RSS, USS and PSS of each Ray process, by its title.
 
-    .venv/bin/python tests/benchmarks/sizing_memory.py [--timeout 600] [--learners 0,1] [--out tests/benchmarks]
+    .venv/bin/bash tests/benchmarks/run sizing_memory [--timeout 600] [--learners 0,1] [--out tests/benchmarks]
 
 Runs `python -m train --stop-iters 2 --num-env-runners 2` (PPO on CartPole, torch on the CPU) on a local
 Ray (RAY_ADDRESS unset), once per --learners count (0: the local learner; N: --num-learners N), one run at a
@@ -31,9 +31,10 @@ from pathlib import Path
 
 import psutil
 
+from harness import write_report
+from process_control import end_group
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]
-from process_control import end_group  # noqa: E402
 
 PYTHON = sys.executable
 MIB = 1024 * 1024
@@ -251,7 +252,7 @@ def main() -> int:
         print("\n".join(tables), flush=True)
     text = markdown(tables)
     print(text)
-    (args.out / "sizing_memory_report.md").write_text(text)
+    write_report(args.out, "sizing_memory", text)
     return 1 if failed else 0
 
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from lifecycle import KEEP_ENV
 
 from . import testbed
+from lifecycle import KEEP_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

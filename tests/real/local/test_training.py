@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_args import PNG_MAGIC, TINY
 
 from train import cli
 from train.options import RETURN_METRIC
 
 from helpers import exit_codes, launch
+from trainer_args import PNG_MAGIC, TINY
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TRAIN_TIMEOUT_S = 240

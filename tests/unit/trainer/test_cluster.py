@@ -4,9 +4,10 @@ hold refused before training, with what fits. Pure: no Ray started."""
 from __future__ import annotations
 
 import pytest
-from trainer_args import parse_train
 
 from train import cluster, config
+
+from trainer_args import parse_train
 
 
 @pytest.mark.parametrize(

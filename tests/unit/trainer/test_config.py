@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from trainer_args import TINY, parse_train
 
 from train import config
 from train.envs import inspect_env
+
+from trainer_args import TINY, parse_train
 
 
 # Tiny, fast runs: 200-step batches on BasicEnv with a 16-unit network.

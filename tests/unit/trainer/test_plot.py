@@ -6,11 +6,12 @@ import csv
 from pathlib import Path
 
 import pytest
-from trainer_args import PNG_MAGIC
 
 from train import cli
 from train.errors import UsageError
 from train.plot import find_progress_files, plot_runs, read_curve
+
+from trainer_args import PNG_MAGIC
 
 
 def write_progress(path: Path, rows: list[dict]) -> Path:

@@ -7,9 +7,10 @@ import re
 import time
 
 import pytest
-from trainer_args import parse_train
 
 from train import cli
+
+from trainer_args import parse_train
 
 
 @pytest.mark.parametrize(
