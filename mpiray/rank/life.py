@@ -103,7 +103,7 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     host_comm = comm.split_by_host()
     view = resources.probe_host(gpu_vendor=config.gpu_vendor)
     # The one place a dry run is chosen for the node (the leader's: cli.leader_for); all else is the same code.
-    context = NodeContext(config, log, comm.rank, host, view)
+    context = NodeContext(config, log, comm.rank, host, view, comm.library_version())
     own_node: OwnNode = PlannedNode(context) if config.dry_run else RealNode(context)
     me = Rank(config, comm, host_comm, env, log, stop, host, view, own_node)
     if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
@@ -204,7 +204,7 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
         code = leader.poll(DRIVER_POLL)
         if code is not None:
             return code
-        me.own_node.describe_once_started(me.comm.library_version())
+        me.own_node.describe_once_started()
         head.tick()
         if me.stop.signum is not None:
             me.log.event("stop_signal", signum=me.stop.signum, grace=config.stop_grace)

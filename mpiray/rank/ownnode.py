@@ -50,13 +50,14 @@ def log_context(me: Rank, job_id: str = "") -> None:
 @dataclass(frozen=True)
 class NodeContext:
     """What a rank's node is built with (life.setup), so that none of its methods needs the Rank: the job's options,
-    the rank's log, which rank on which host, and what it sees of its host."""
+    the rank's log, which rank on which host, what it sees of its host, and the MPI library's version (its manifest)."""
 
     config: Config
     log: RankLog
     rank: int
     host: str
     view: HostView
+    mpi: str
 
 
 class RealNode:
@@ -189,16 +190,16 @@ class RealNode:
         node = self.node
         return node is not None and node.alive and raycompat.DRAIN_ON_STOP in node.started_output.compat
 
-    def describe_once_started(self, mpi: str) -> bool:
+    def describe_once_started(self) -> bool:
         node = self.node
         if node is None or not node.alive or not node.ray_started():
             return False
         if not node.described:
             node.described = True
-            self._write_manifest(mpi)
+            self._write_manifest()
         return True
 
-    def _write_manifest(self, mpi: str) -> None:
+    def _write_manifest(self) -> None:
         """The node_manifest event: where the node is, every port its processes listen on, its dirs,
         versions, the token's fingerprint, resources, and when each start-up phase ended."""
         import hashlib  # ~10 ms of import (OpenSSL): off every rank's start-up path, only here, after it
@@ -215,7 +216,7 @@ class RealNode:
             listening=processes.listening_ports(node.pids()), planned_ports=vars(spec.ports), temp_dir=spec.temp_dir,
             session_logs=str(node.kept_logs), output=str(node.output_path),
             ray=image.ray if image else ray_version(), python=image.python if image else sys.version.split()[0],
-            mpi4py=_mpi4py_version(), mpi=mpi, token=token,
+            mpi4py=_mpi4py_version(), mpi=self.context.mpi, token=token,
             cpus=spec.share.cpus, gpus=list(spec.share.gpu_ids), memory=spec.share.memory,
             gpu_vendor=spec.share.gpu_vendor, gpu_source=view.gpu_source,
             gpu_variables={name: node.environment.get(name) for name in gpus.VISIBLE_VARIABLES},
@@ -309,7 +310,7 @@ class PlannedNode:
     def stops_last(self) -> bool:
         return False
 
-    def describe_once_started(self, mpi: str) -> bool:
+    def describe_once_started(self) -> bool:
         return False  # nothing starts: its plan was the dry_run_node event
 
     def settle(self) -> None:

@@ -119,9 +119,8 @@ class OwnNode(Protocol):
     def stops_last(self) -> bool:
         """On a normal end: its Ray does not drain a node it stops, so the head's must stop after the others."""
 
-    def describe_once_started(self, mpi: str) -> bool:
-        """Once its `ray start` is done starting: its manifest, logged once (mpi: the MPI library's version).
-        True when done starting."""
+    def describe_once_started(self) -> bool:
+        """Once its `ray start` is done starting: its manifest, logged once. True when done starting."""
 
     def settle(self) -> None:
         """Before it stops: let its `ray start` finish starting (a deadline of RAY_STOP_GRACE)."""

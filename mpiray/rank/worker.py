@@ -71,7 +71,7 @@ class Worker:
         interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
         while True:
             me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
-            if not self.settled and me.own_node.describe_once_started(me.comm.library_version()):
+            if not self.settled and me.own_node.describe_once_started():
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:
