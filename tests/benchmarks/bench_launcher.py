@@ -375,3 +375,7 @@ def main(argv=None) -> int:
 
 def _interrupt(signum, frame):
     raise Interrupted(signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
