@@ -10,7 +10,7 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from mpiray.batch import environment
 from mpiray.host import gpus as gpu_vendors
@@ -49,14 +49,42 @@ GCS_CORE_MIN_CPUS = 8  # --gcs-core auto: a host this big gives the GCS one CPU 
 
 
 def _cgroup_memory_limit() -> int | None:
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = open(path).read().strip()
-        except OSError:
+    """The lowest memory limit over this process's own cgroup and its parents: a Slurm job's or a container's
+    cgroup, not the root one, which has none."""
+    try:
+        membership = open("/proc/self/cgroup").read()
+    except OSError:
+        return None
+    return cgroup_memory_limit(membership, _read_or_none)
+
+
+def _read_or_none(path: str) -> str | None:
+    try:
+        return open(path).read()
+    except OSError:
+        return None
+
+
+def cgroup_memory_limit(membership: str, read: Callable[[str], str | None]) -> int | None:
+    """The lowest memory limit of the cgroups listed in membership (/proc/self/cgroup's text) and their parents,
+    read with read(path) under /sys/fs/cgroup: cgroup v1's memory controller (memory.limit_in_bytes), else v2's
+    unified tree (memory.max, mounted at /sys/fs/cgroup or /sys/fs/cgroup/unified). None: no limit."""
+    found: list[int] = []
+    for line in membership.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "memory":
+            roots, name = ["/sys/fs/cgroup/memory"], "memory.limit_in_bytes"
+        elif controllers == "":
+            roots, name = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"], "memory.max"
+        else:
             continue
-        if text.isdigit() and int(text) < 2**60:
-            return int(text)
-    return None
+        parts = [part for part in path.split("/") if part]
+        for root in roots:
+            for depth in range(len(parts), -1, -1):
+                text = (read("/".join([root, *parts[:depth], name])) or "").strip()
+                if text.isdigit() and int(text) < 2**60:  # v1 says "no limit" with a huge number, v2 with "max"
+                    found.append(int(text))
+    return min(found, default=None)
 
 
 def visible_gpus(environ: Mapping[str, str], vendor: str = "auto") -> gpu_vendors.Gpus:

@@ -179,12 +179,12 @@ def driver_report(output: str, tag: str, stderr: str = "") -> dict:
     return reports[-1]
 
 
-def fail_join(marker: str) -> dict[str, str]:
+def fail_join(marker: str, variable: str = "FAIL_JOIN") -> dict[str, str]:
     """The environment of a run whose worker `ray start`s fail as an overloaded GCS makes them fail: the first
-    one (marker: a path it makes), or every one (marker: "always"). The hook is the test's own: a sitecustomize
-    on PYTHONPATH (tests/hooks/fail_join), nothing in mpiray."""
+    one (marker: a path it makes), or every one (marker: "always"); with variable="HANG_JOIN", the first one hangs
+    instead. The hook is the test's own: a sitecustomize on PYTHONPATH (tests/hooks/fail_join), nothing in mpiray."""
     hooks = str(ROOT / "tests" / "hooks" / "fail_join")
-    return {"FAIL_JOIN": marker, "PYTHONPATH": os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))}
+    return {variable: marker, "PYTHONPATH": os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))}
 
 
 def new_job_id(tag: str) -> str:

@@ -263,10 +263,17 @@ def test_a_ray_without_token_auth_is_refused_in_one_line_unless_no_auth(monkeypa
     preflight.check_ray_install(auth=False)  # --no-auth: then it starts (and warns that anyone may join)
 
 
-@pytest.mark.parametrize("version", ["2.52.0", "2.55.1", "2.60.0", "3.0.0.dev0", "not installed"])
-def test_every_ray_with_token_auth_is_accepted(monkeypatch, version):
+@pytest.mark.parametrize("version, refused", [
+    ("2.51.2", True), ("2.52.0", False), ("2.55.1", False), ("2.60.0", False), ("3.0.0.dev0", False),
+    ("not installed", False)])
+def test_exactly_the_rays_without_token_auth_are_refused(monkeypatch, version, refused):
+    """Each version decides: the refused ones raise with the reason, the others return (and start)."""
     monkeypatch.setattr(raycompat, "ray_version", lambda: version)
-    preflight.check_ray_install(auth=True)
+    if refused:
+        with pytest.raises(ConfigError, match=f"Ray {version} has no token authentication"):
+            preflight.check_ray_install(auth=True)
+    else:
+        assert preflight.check_ray_install(auth=True) is None
 
 
 def test_redis_password_is_accepted_and_explained(capsys):

@@ -133,7 +133,8 @@ def test_a_select_without_ncpus_is_named_as_the_cause(pbs_testbed, pbs_jobs):
     assert "select_without_ncpus" in [cause.cause for cause in report.causes]
     text = subprocess.run([str(Path(PYTHON).parent / "mpiray"), "logs", str(pbs_jobs.workdir / "logs" / short(job_id))],
                           capture_output=True, text=True, timeout=60).stdout
-    assert "select=N:ncpus=C" in text or "ncpus" in text
+    # The cause in words and its fix, as `mpiray logs` tells the user.
+    assert "PBS's select named no ncpus" in text and "#PBS -l select=N:ncpus=C" in text, text
 
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpiray.host.resources import HostView, check_object_store, rank_share, visible_gpus
+from mpiray.host.resources import HostView, cgroup_memory_limit, check_object_store, rank_share, visible_gpus
 
 GIB = 2**30
 
@@ -156,3 +156,24 @@ def test_a_node_with_a_dev_shm_of_its_own_gets_a_store_that_fits_it_or_is_refuse
     with pytest.raises(ValueError, match=r"holds 64 MiB .* smallest object store \(75 MiB\).*--ipc=host"):
         fit_own_shm(share, 64 * 2**20, 64 * 2**20, view, "the image on h")
     assert MIN_OBJECT_STORE == 75 * 2**20
+
+
+V1 = "5:devices:/\n4:memory:/slurm/uid_0/job_7/step_0\n0::/\n"
+V2 = "0::/system.slice/slurmstepd.scope/job_7/step_0\n"
+
+
+@pytest.mark.parametrize("membership, files, limit", [
+    # v1: the job's own cgroup holds the limit; the root says "none" with its huge number
+    (V1, {"/sys/fs/cgroup/memory/slurm/uid_0/job_7/memory.limit_in_bytes": "4294967296\n",
+          "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"}, 2**32),
+    # v2: the lowest over the step and its parents; "max" is no limit
+    (V2, {"/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/memory.max": "max\n",
+          "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.max": "8589934592\n",
+          "/sys/fs/cgroup/system.slice/memory.max": "6442450944\n"}, 6 * 2**30),
+    # v2 mounted at /sys/fs/cgroup/unified beside v1's controllers (a hybrid host)
+    ("0::/job\n", {"/sys/fs/cgroup/unified/job/memory.max": "1073741824"}, 2**30),
+    (V1, {}, None),  # nothing readable: no limit
+    (V2, {"/sys/fs/cgroup/system.slice/memory.max": "max"}, None),
+])
+def test_the_memory_limit_is_the_lowest_of_the_processs_own_cgroup_and_its_parents(membership, files, limit):
+    assert cgroup_memory_limit(membership, files.get) == limit
