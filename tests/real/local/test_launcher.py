@@ -68,7 +68,7 @@ def memory_the_kernel_allows() -> int:
     return min([total, *limits])
 
 
-@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.smoke), 4])
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=[pytest.mark.smoke_mpi, pytest.mark.smoke_ray]), 4])
 def test_cluster_has_one_node_per_rank_and_the_host_cpus(tmp_path, ranks):
     run = launch(tmp_path, ranks, tag=f"np{ranks}")
     assert run.returncode == 0, run.stderr
@@ -106,7 +106,7 @@ def test_tasks_of_the_other_nodes_on_the_heads_host_never_run_on_the_gcs_cpu(tmp
     assert_nothing_left(run)
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_task_output_on_every_node_reaches_the_driver(tmp_path):
     # Each node's log monitor streams its tasks' prints to the driver, as with a plain `ray start`.
     run = launch(tmp_path, 3, driver=[sys.executable, str(ROOT / "tests/drivers/task_output.py")], tag="output",
@@ -119,7 +119,7 @@ def test_task_output_on_every_node_reaches_the_driver(tmp_path):
     assert_nothing_left(run)
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_mpi
 def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     run = launch(tmp_path, 2, driver=[sys.executable, str(ROOT / "tests/drivers/probe.py"), "--exit", "3"], tag="exit3")
     assert run.returncode == 3, run.stderr
@@ -130,7 +130,7 @@ def test_driver_exit_code_is_the_job_exit_code(tmp_path):
     assert_nothing_left(run)
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_token_is_required_and_never_on_a_command_line_or_in_a_log(tmp_path):
     driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--unauthenticated-client"]
     run = launch(tmp_path, 2, driver=driver, tag="auth")
@@ -250,7 +250,7 @@ def start_until_probe(tmp_path: Path, tag: str, *driver_args: str) -> tuple[subp
     return proc, job_id
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_mpi
 def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
     marker = tmp_path / "driver-got-sigterm"
     proc, job_id = start_until_probe(tmp_path, "sigterm", "--sleep", "600", "--sigterm-marker", str(marker))
@@ -279,7 +279,7 @@ def test_sigterm_reaches_the_driver_first_then_everything_stops(tmp_path):
     assert_nothing_left(Launch(proc.returncode, "", err, job_dir, 0))
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_mpi
 def test_sigterm_to_open_mpis_mpirun_leaves_nothing_behind(tmp_path):
     """Open MPI's mpirun answers SIGTERM (or Ctrl-C) with SIGTERM to the ranks and SIGKILL 0.25 s
     later, hard-coded in PRRTE: no time for an orderly stop, and mpirun exits 1. Each rank's guard
@@ -354,7 +354,7 @@ def test_waiting_ranks_use_almost_no_cpu(tmp_path):
     assert all(seconds / 8 < 0.05 for seconds in used.values()), used
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_mpi
 def test_the_default_driver_without_the_train_extra_says_what_to_install(tmp_path):
     """In the smoke environments (the launcher alone, no RLlib): a clear error before MPI starts, not
     a bare ModuleNotFoundError from rank 0's driver after the whole cluster came up."""

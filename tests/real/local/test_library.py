@@ -96,7 +96,7 @@ def assert_every_rank_ended_with(job_dir: Path, ranks: int, code: int) -> None:
 # ---- real runs ------------------------------------------------------------------------------
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_rank_0_is_connected_to_every_node_and_the_others_never_return(tmp_path):
     result, job_dir = run_script(tmp_path, "ok")
     assert result.returncode == 0, result.stderr
@@ -110,7 +110,7 @@ def test_rank_0_is_connected_to_every_node_and_the_others_never_return(tmp_path)
 
 
 @pytest.mark.parametrize("mode, code", [
-    pytest.param("exit3", 3, marks=pytest.mark.smoke), ("raise-exit3", 3), ("raise", 1), ("swallowed", 0)])
+    pytest.param("exit3", 3, marks=pytest.mark.smoke_mpi), ("raise-exit3", 3), ("raise", 1), ("swallowed", 0)])
 def test_rank_0s_exit_code_is_every_ranks_however_the_script_ends(tmp_path, mode, code):
     result, job_dir = run_script(tmp_path, mode)
     assert result.returncode == code, result.stderr

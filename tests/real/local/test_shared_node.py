@@ -86,7 +86,7 @@ def test_another_user_can_neither_read_nor_change_a_running_jobs_files(tmp_path,
     assert_nothing_left(run)
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_every_ray_node_keeps_its_files_in_its_ranks_private_dir(tmp_path):
     """Workers' too: Ray before 2.55 ignores a worker's --temp-dir (it would use the head's dir), so
     mpiray points it at the rank's own dir itself and says so in the rank's log."""

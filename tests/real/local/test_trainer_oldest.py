@@ -10,7 +10,7 @@ import pytest
 
 from helpers import launch
 
-pytestmark = [pytest.mark.train, pytest.mark.smoke]
+pytestmark = [pytest.mark.train, pytest.mark.smoke_ray]
 pytest.importorskip("ray.rllib", reason="the trainer needs RLlib (the train extra)")
 TINY = ["--env", "BasicEnv", "--train-batch-size", "200", "--fcnet-hiddens", "16"]
 

@@ -59,13 +59,13 @@ def check(run_: Launch, vendor: str, devices: set[str]) -> None:
     assert_nothing_left(run_, wait=10)
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_a_frontier_node_offers_its_8_gcds_with_slurms_rocr_binding(tmp_path):
     slurm_binding = {"ROCR_VISIBLE_DEVICES": EIGHT, "CUDA_VISIBLE_DEVICES": EIGHT, "GPU_DEVICE_ORDINAL": EIGHT}
     check(run(tmp_path, 2, {"FAKE_AMD_GPUS": "8", **slurm_binding}), "amd", set(EIGHT.split(",")))
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_ray
 def test_an_aurora_node_offers_its_12_tiles_bound_per_rank(tmp_path):
     env = {"FAKE_INTEL_GPUS": "12", "ZE_FLAT_DEVICE_HIERARCHY": "FLAT", "TILES_PER_RANK": "6"}
     check(run(tmp_path, 2, env, wrapper=["sh", str(BINDING)]), "intel", {str(i) for i in range(12)})

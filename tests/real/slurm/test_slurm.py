@@ -112,7 +112,7 @@ def mpi_cannot_use(bed: testbed.Testbed, jobs: Jobs, plugin: str) -> str | None:
                 f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}{hint}")
 
 
-@pytest.mark.smoke
+@pytest.mark.smoke_mpi
 @pytest.mark.parametrize("plugin", ["pmi2", "pmix"])
 def test_srun_cluster_spans_three_hosts_with_their_own_addresses(slurm_testbed, jobs, tmp_path, plugin):
     bed = slurm_testbed

@@ -9,7 +9,7 @@ import pytest
 from mpiray.raynode import raycompat
 from mpiray.raynode.gcs import Gcs
 
-pytestmark = pytest.mark.smoke  # fast, and what they check differs from one Ray release to the next
+pytestmark = pytest.mark.smoke_ray  # fast, and what they check differs from one Ray release to the next
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
