@@ -253,6 +253,21 @@ def build_parser(environ: Mapping[str, str], prog: str = "mpiray run") -> argpar
     return parser
 
 
+# Options whose value is itself a runtime's options ("--nv", "--gpu --rocm"): argparse refuses a value that
+# starts with '-' unless it is joined to its flag by '=', which the pages' `--container-flags "--nv"` is not.
+DASH_VALUE_FLAGS = ("--container-flags",)
+
+
+def _dash_values_joined(argv: list[str]) -> list[str]:
+    """argv with each DASH_VALUE_FLAGS flag and the word after it joined as FLAG=VALUE."""
+    joined: list[str] = []
+    words = iter(argv)
+    for word in words:
+        value = next(words, None) if word in DASH_VALUE_FLAGS else None
+        joined.append(word if value is None else f"{word}={value}")
+    return joined
+
+
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True,
                prog: str = "mpiray run", keywords: Mapping[str, Any] | None = None) -> Config:
     """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
@@ -271,7 +286,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
     parser = build_parser(environ, prog)
     for warning in unknown_settings(environ, [o.variable for o in OPTIONS] + list(OTHER_VARIABLES), prog):
         say(environ, "warning", warning)
-    args, extra = parser.parse_known_args(launcher_argv)
+    args, extra = parser.parse_known_args(_dash_values_joined(launcher_argv))
     if extra:
         parser.error(
             f"unrecognized arguments: {' '.join(extra)}. A driver command goes after '--', "

@@ -2,6 +2,7 @@
 and the command line saying them once."""
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -310,3 +311,22 @@ def test_a_container_and_an_elastic_cluster_are_refused_together():
     """The autoscaler's node provider would run inside the image, where the batch system's commands are not."""
     with pytest.raises(ConfigError, match="--autoscale and --container do not go together"):
         parse_args(["--container", "podman:ray", "--autoscale", "1:3", "--", "true"], {})
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--container-flags", "--nv"], ["--nv"]),  # docs/containers.md's form, as a user copies it
+    (["--container-flags", "--gpu"], ["--gpu"]),
+    (["--container-flags", "--rocm"], ["--rocm"]),
+    (["--container-flags", "--module=gpu,nccl-plugin"], ["--module=gpu,nccl-plugin"]),
+    (["--container-flags", "--nv --writable-tmpfs"], ["--nv", "--writable-tmpfs"]),
+    (["--container-flags=--nv"], ["--nv"]),
+])
+def test_container_flags_take_a_value_that_starts_with_a_dash_in_every_form_the_pages_give(flags, words):
+    config = parse_args(["--container", "apptainer:/images/ray.sif", *flags, "--", "python", "x.py"], environ={})
+    assert shlex.split(config.container_flags) == words
+    assert list(config.driver) == ["python", "x.py"]
+
+
+def test_container_flags_at_the_end_without_a_value_is_a_clear_error():
+    with pytest.raises(ConfigError, match="argument --container-flags: expected one argument"):
+        parse_args(["--container", "apptainer:/images/ray.sif", "--container-flags"], environ={})
