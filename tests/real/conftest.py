@@ -13,8 +13,16 @@ from pbs.fixture import pbs_jobs, pbs_testbed  # noqa: F401  (fixtures of tests/
 from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of tests/real/slurm/ and a container test)
 
 
+# setup.cfg's timeout (300 s) is the fast tier's; a real run's own deadlines (a job's JOB_TIMEOUT_S, then the wait
+# for its nodes to go, an image build) add up past it, and must fire first: they say what did not happen. This is
+# the backstop above them, for a test that has no timeout marker of its own.
+REAL_TIMEOUT_S = 1200
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.slow)
+    if item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(REAL_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ set -euo pipefail
 # slurm-wlm is just these three; --no-install-recommends skips ~20 plugin/-dev packages.
 # libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix) dlopens libpmix.so, which only the -dev
 # package provides; slurmd loads it when it starts, so install it before `testbed.py up`.
-packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev prometheus)
+# sshfs and openssh-server: a real network file system (tests/real/local/test_preflight.py mounts one from an sshd
+# of its own; no service is started here, and this kernel has no NFS).
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev prometheus sshfs openssh-server)
 
 missing=()
 for package in "${packages[@]}"; do

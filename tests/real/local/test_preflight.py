@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from process_control import wait_for
 
 from mpiray.raynode.raycompat import ray_version
 
@@ -48,6 +50,64 @@ def tmpfs(size: str):
     finally:
         subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
         point.rmdir()
+
+
+@contextmanager
+def sshfs_mount(root: Path):
+    """A directory on a real network file system: sshfs (FUSE over SSH) from an sshd of the test's own on a
+    loopback port (its own host key, key, config and PID, ended by PID); the kernel here has no NFS."""
+    export, point, keys = root / "export", root / "mnt", root / "keys"
+    for directory in (export, point, keys):
+        directory.mkdir()
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True, timeout=30)
+    (keys / "authorized_keys").write_text((keys / "user.pub").read_text())
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = {"ListenAddress": "127.0.0.1", "Port": port, "HostKey": keys / "host", "PidFile": "none",
+               "AuthorizedKeysFile": keys / "authorized_keys", "StrictModes": "no", "UsePAM": "no",
+               "PermitRootLogin": "prohibit-password", "Subsystem": "sftp internal-sftp"}
+    sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null",
+                             *[f"-o{key} {value}" for key, value in options.items()]], stderr=subprocess.DEVNULL)
+    mount = None
+    try:
+        mount = subprocess.Popen(["sshfs", "-f", "-o", f"port={port},IdentityFile={keys / 'user'},"
+                                  "StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null",
+                                  f"root@127.0.0.1:{export}", str(point)], stderr=subprocess.PIPE, text=True)
+        mounted = wait_for(lambda: mount.poll() is not None or f" {point} " in Path("/proc/self/mounts").read_text(), 30)
+        assert mounted and mount.poll() is None, f"sshfs did not mount: {mount.stderr.read() if mount.poll() else ''}"
+        yield point
+    finally:
+        if mount is not None:
+            subprocess.run(["fusermount", "-u", str(point)], check=False, timeout=30, capture_output=True)
+            try:
+                mount.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                mount.kill()
+                mount.wait()
+        sshd.terminate()
+        sshd.wait(timeout=30)
+
+
+needs_sshfs = pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("sshfs") and Path("/usr/sbin/sshd").exists()),
+                                 reason="mounts sshfs from its own sshd: needs root, sshfs and openssh-server")
+
+
+@needs_sshfs
+def test_a_temp_dir_on_a_network_file_system_is_refused_naming_it(tmp_path, short_tmp):
+    with sshfs_mount(short_tmp) as remote:
+        run = launch(tmp_path, 2, ["--temp-dir", str(remote)], driver=[PYTHON, "-c", "pass"], tag="nettemp")
+        left_there = sorted(p.name for p in remote.iterdir())
+    assert run.returncode == 2, run.stderr[-3000:]
+    failed = run.event(0, "failed")
+    assert failed["cause"] == "dir_network", failed
+    assert f"the temp dir {remote} is on fuse.sshfs" in failed["message"]
+    assert "node-local" in run.stderr  # the way out, said where the user looks
+    assert left_there == []  # nothing made on the network file system
+    for rank in (0, 1):
+        assert "node_pids" not in [r["event"] for r in run.events(rank)]  # no `ray start` ran
 
 
 @needs_root
