@@ -31,9 +31,10 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 # How to enter the Python environment with Ray, mpi4py and MPI, on every node:
 # docs/install.md; mpi4py built against Cray MPICH: MPICC=cc.
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
-# GPUs per node, as sbatch gave them (--gpus-per-node, which Slurm may write as "h100:4"): kestrel-gpu
-# when the job has GPUs (NVIDIA's variables for each node; the same network).
-gpus=${SLURM_GPUS_PER_NODE:-0}
+# GPUs per node, as sbatch gave them (--gpus-per-node: SLURM_GPUS_PER_NODE, which Slurm may write as "h100:4";
+# --gres=gpu:h100:4 or --gpus: only SLURM_GPUS_ON_NODE): kestrel-gpu when the job has GPUs (NVIDIA's variables
+# for each node; the same network).
+gpus=${SLURM_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-0}}
 site=kestrel
 if [ "${gpus##*:}" != 0 ]; then site=kestrel-gpu; fi
 # The site's settings (mpiray/host/sites.py: network, GPU vendor, fabric variables); MPIRAY_SITE=

@@ -4,6 +4,7 @@
 #
 #   cd /where/logs/should/go && sbatch /path/to/jobs/slurm_multi_node.sh
 #   sbatch --nodes=8 jobs/slurm_multi_node.sh      # more nodes: nothing else to change
+#   sbatch -N 3 jobs/slurm_multi_node.sh python my_driver.py --its-flags   # a driver of yours, not the trainer
 #
 # sbatch's command-line options (and SBATCH_ACCOUNT, SBATCH_PARTITION in its environment) override
 # the #SBATCH lines: `sbatch -A myproject -p debug --cpus-per-task=8 jobs/slurm_multi_node.sh`.
@@ -30,6 +31,10 @@ ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # A requeued job keeps its id, and the trainer continues the experiment that id started from its
 # last checkpoint (a finished one is not trained again): nothing here changes between runs.
 export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
+# A driver given after the script's name on sbatch's line wins over both.
+if [ $# -gt 0 ]; then
+  MPIRAY_DRIVER=$(printf '%q ' "$@")
+fi
 # A cluster that serves Ray Jobs only (`mpiray submit JOB_ID -- ...` from a login node), up until its walltime:
 #   MPIRAY_DASHBOARD=1 MPIRAY_DRIVER="sleep infinity" sbatch jobs/slurm_multi_node.sh
 # Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own

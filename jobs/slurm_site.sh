@@ -2,8 +2,10 @@
 # The part every Slurm site script shares (jobs/slurm_kestrel.sh, slurm_frontier.sh, slurm_perlmutter.sh,
 # slurm_lumi.sh, slurm_alps.sh), sourced by them once they set MPIRAY_DIR, ENV_SETUP and MPIRAY_SITE: the
 # GPUs sbatch gave, the trainer's learners, the driver, the grace, and the srun line. Not a job script itself.
-# GPUs per node, as sbatch gave them (--gpus-per-node, which Slurm may write as "h100:4"); 0 without.
-gpus=${SLURM_GPUS_PER_NODE:-0}
+# GPUs per node, as sbatch gave them: --gpus-per-node sets SLURM_GPUS_PER_NODE (which Slurm may write as
+# "h100:4"); every other form (--gres=gpu:h100:4, --gpus, -G) only the batch step's count, SLURM_GPUS_ON_NODE.
+# 0 without.
+gpus=${SLURM_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-0}}
 gpus=${gpus##*:}
 learners=$((${SLURM_JOB_NUM_NODES:-1} * gpus))  # the trainer's: a GPU learner per GPU of the cluster
 # srun's MPI plugin: pmi2, as mpiray's tests and elastic worker jobs use it; Cray MPICH speaks it

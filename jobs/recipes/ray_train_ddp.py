@@ -1,7 +1,10 @@
 """Ray Train under mpiray: PyTorch DDP on CPUs (gloo), one training worker per node of the job.
 
-    mpirun -np 3 python start_ray.py -- python jobs/recipes/ray_train_ddp.py --workers 3
-    sbatch -N 3 jobs/slurm_multi_node.sh python jobs/recipes/ray_train_ddp.py --workers 3
+    mpirun -np 3 python start_ray.py --dashboard -- python jobs/recipes/ray_train_ddp.py --workers 3
+    MPIRAY_DASHBOARD=1 sbatch -N 3 jobs/slurm_multi_node.sh python jobs/recipes/ray_train_ddp.py --workers 3
+
+The dashboard: Ray Train 2.60 asks Ray's State API, which the dashboard serves, about its controller actor; without
+it, the driver's output fills with "Failed to query Ray Train Controller actor state".
 
 What mpiray gives it, and nothing here sets by hand:
 - RAY_ADDRESS: `TorchTrainer.fit()` runs on the job's cluster;
