@@ -127,6 +127,16 @@ def test_every_path_under_tests_that_a_page_names_exists():
                 assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}, which does not exist"
 
 
+def test_every_test_the_promise_table_names_exists():
+    """CONTRIBUTING.md's promises -> tests: a test cut or renamed without its row would drop a promise silently."""
+    page = (ROOT / "CONTRIBUTING.md").read_text()
+    named = re.findall(r"(tests/[\w/]+\.py)::(\w+)", page)
+    assert len(named) > 100, "the promise table is gone"
+    for path, name in named:
+        assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.MULTILINE), \
+            f"CONTRIBUTING.md's promise table names {path}::{name}, which does not exist"
+
+
 def exit_code_constants() -> set[int]:
     """Every exit code the launcher's code sets: LaunchError classes' exit_code, the *_EXIT constants, and
     exit_code=N given to a failure."""
