@@ -1,7 +1,7 @@
 """Learning on every node of the job, on the 3-host Slurm testbed: RLlib's remote learners spread over the
 hosts (one per learner slot), torch's gloo over the network each node advertises (GLOO_SOCKET_IFNAME, set
-by mpiray per node), a user's own RLlib script with learners on several hosts, what cannot be placed refused
-at once, and a lost learner node named as the cause, the training continuing from its checkpoint. Other Ray
+by mpiray per node), what cannot be placed refused at once (a user's own RLlib script with learners on several
+hosts and nothing set: tests/real/slurm/test_elastic.py), and a lost learner node named as the cause, the training continuing from its checkpoint. Other Ray
 workloads as drivers: the Ray Train (torch DDP) and Ray Tune recipes of jobs/recipes/.
 
 Each runs real RLlib training over real srun; together they take a few minutes on 2 cores.
@@ -10,6 +10,7 @@ Each runs real RLlib training over real srun; together they take a few minutes o
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from train.run import LOST_NODE_SIGNS
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
 
 pytestmark = pytest.mark.train
-PLAIN = ROOT / "tests" / "drivers" / "plain_rllib.py"
 RECIPES = ROOT / "jobs" / "recipes"
 LEARNERS_LINE = re.compile(r"^\[train\] learners: (\d+) on (\d+) nodes: (.*)$", re.M)
 PROGRESS = re.compile(r"^\[train\] \S+ iter (\d+) \| \d+ env steps \| return ([\d.]+)", re.M)
@@ -61,25 +61,11 @@ def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm
 def test_dqn_with_two_learners_on_two_hosts(slurm_testbed, jobs, tmp_path):
     bed = slurm_testbed
     result = bed.run(jobs.srun(tmp_path, 2, "--", *trainer(tmp_path, "--run", "DQN", "--num-learners", "2",
-                                                                "--stop-iters", "2")), timeout=JOB_TIMEOUT_S * 2)
+                                                                "--stop-iters", "1")), timeout=JOB_TIMEOUT_S * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     (placed,) = LEARNERS_LINE.findall(output)
     assert placed[:2] == ("2", "2") and set(placed[2].split(", ")) <= set(bed.node_ips)
-    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
-
-
-def test_a_users_own_rllib_script_with_three_learners_runs_with_no_variable_set(slurm_testbed, jobs, tmp_path):
-    """No mpiray-specific line in the script and nothing set by the user: each node's learners find the
-    interface of its own address in GLOO_SOCKET_IFNAME (unset, gloo binds what the hostname resolves to:
-    on many sites loopback or the management network)."""
-    bed = slurm_testbed
-    result = bed.run(jobs.srun(tmp_path, 3, "--", PYTHON, str(PLAIN), "3"), timeout=JOB_TIMEOUT_S)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    seen = driver_report(result.stdout, "PLAIN", result.stderr)
-    assert len(seen["learners"]) == 3 and len({ip for ip, _ in seen["learners"]}) >= 2  # RLlib's own placement
-    assert {ip for ip, _ in seen["learners"]} <= set(bed.node_ips)
-    assert {interface for _, interface in seen["learners"]} == {"eth0"}
     jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
 
 
@@ -159,37 +145,63 @@ def job_dir_of_newest(tmp_path: Path, jobs) -> Path:
     return job_dir
 
 
-@pytest.mark.timeout(JOB_TIMEOUT_S * 2)
+def recipe_line(recipe: Path) -> str:
+    """The sbatch line a recipe's docstring prints."""
+    (line,) = [line.strip() for line in recipe.read_text().splitlines() if "sbatch " in line]
+    return line
+
+
+def submit_as_printed(bed, jobs, tmp_path: Path, line: str) -> tuple[str, str]:
+    """line (`[VAR=value ...] sbatch ... jobs/SCRIPT [args]`), run as printed from a submit dir whose jobs/ is this
+    checkout's, as a user's checkout would be; what the script marks as the site's own (its partition, a node's
+    CPUs) comes from sbatch's input variables, which override the #SBATCH lines. Returns (job id, its output)."""
+    (tmp_path / "jobs").symlink_to(ROOT / "jobs")
+    words = shlex.split(line)
+    settings = dict(word.split("=", 1) for word in words[:words.index("sbatch")])
+    env = jobs.env(tmp_path, [], SBATCH_PARTITION=bed.partition, SBATCH_CPUS_PER_TASK="2", **settings)
+    del env["MPIRAY_DRIVER"]  # the driver is the line's
+    submitted = bed.login(words[words.index("sbatch"):], env=env, cwd=tmp_path, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = re.fullmatch(r"Submitted batch job (\d+)\n", submitted.stdout)[1]
+    jobs.ids.append(job_id)
+    result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S * 2)
+    output = (tmp_path / f"ray-multi-node-{job_id}.out").read_text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), output[-3000:]
+    return job_id, output
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S * 3)
 def test_the_ray_train_recipe_runs_ddp_with_a_worker_on_each_host_in_step(slurm_testbed, jobs, tmp_path):
-    """jobs/recipes/ray_train_ddp.py: TorchTrainer with 3 workers, one learner slot each, so one per host;
-    DDP's gloo on the interface of each node's address; the same weights on every worker after training; the
-    checkpoint on the shared storage path. With --dashboard, as the recipe says: Ray Train 2.60 polls Ray's
+    """jobs/recipes/ray_train_ddp.py by its sbatch line: TorchTrainer with 3 workers, one learner slot each, so one
+    per host; DDP's gloo on the interface of each node's address; the same weights on every worker after training;
+    the checkpoint on the shared storage path. With the dashboard, as the line says: Ray Train 2.60 polls Ray's
     State API, which the dashboard serves, and warns every few seconds where it cannot."""
     bed = slurm_testbed
-    driver = [PYTHON, str(RECIPES / "ray_train_ddp.py"), "--workers", "3", "--storage-path", str(tmp_path / "r")]
-    result = bed.run(jobs.srun(tmp_path, 3, "--dashboard", "--", *driver), timeout=JOB_TIMEOUT_S * 2)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
-    report = driver_report(result.stdout, "RECIPE", result.stderr)
+    line = recipe_line(RECIPES / "ray_train_ddp.py")
+    assert line == "MPIRAY_DASHBOARD=1 sbatch -N 3 jobs/slurm_multi_node.sh python jobs/recipes/ray_train_ddp.py " \
+        "--workers 3"
+    job_id, output = submit_as_printed(bed, jobs, tmp_path, line)
+    report = driver_report(output, "RECIPE")
     workers = report["workers"]
     assert sorted(worker["node"] for worker in workers) == bed.node_ips
     assert {worker["gloo"] for worker in workers} == {"eth0"}
     assert len({(worker["weight"], worker["bias"]) for worker in workers}) == 1  # DDP kept them in step
     assert abs(workers[0]["weight"] - 3) < 0.05 and abs(workers[0]["bias"] - 1) < 0.05
     assert (Path(report["checkpoint"]) / "model.pt").is_file()
+    assert Path(report["checkpoint"]).is_relative_to(tmp_path / "results")  # the recipe's default, in the submit dir
     assert "Failed to query Ray Train Controller" not in output
-    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
+    jobs.wait_until_gone(job_id)
 
 
-@pytest.mark.timeout(JOB_TIMEOUT_S * 2)
+@pytest.mark.timeout(JOB_TIMEOUT_S * 3)
 def test_the_ray_tune_recipe_runs_its_trials_on_every_host(slurm_testbed, jobs, tmp_path):
-    """jobs/recipes/ray_tune_search.py: 6 one-CPU trials on 3 hosts of 2 CPUs, all at once, so on every host;
-    the best of the grid found; no trial failed."""
+    """jobs/recipes/ray_tune_search.py by its sbatch line: 6 one-CPU trials on 3 hosts of 2 CPUs, all at once, so
+    on every host; the best of the grid found; no trial failed."""
     bed = slurm_testbed
-    driver = [PYTHON, str(RECIPES / "ray_tune_search.py"), "--steps", "10", "--storage-path", str(tmp_path / "r")]
-    result = bed.run(jobs.srun(tmp_path, 3, "--", *driver), timeout=JOB_TIMEOUT_S * 2)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    report = driver_report(result.stdout, "RECIPE", result.stderr)
+    line = recipe_line(RECIPES / "ray_tune_search.py")
+    assert line == "sbatch -N 3 jobs/slurm_multi_node.sh python jobs/recipes/ray_tune_search.py"
+    job_id, output = submit_as_printed(bed, jobs, tmp_path, line)
+    report = driver_report(output, "RECIPE")
     assert (report["best_x"], report["trials"], report["errors"]) == (2, 6, 0)
     assert report["nodes"] == bed.node_ips
-    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
+    jobs.wait_until_gone(job_id)
