@@ -1,6 +1,6 @@
 """A small driver for the launcher's tests: reports what it sees of the cluster as JSON, then exits.
 
-    probe.py [--exit N] [--sleep S] [--sigterm-marker PATH] [--unauthenticated-client]
+    probe.py [--exit N] [--sleep S] [--until PATH] [--sigterm-marker PATH] [--unauthenticated-client]
 """
 
 import argparse
@@ -16,6 +16,7 @@ import ray
 parser = argparse.ArgumentParser()
 parser.add_argument("--exit", type=int, default=0)
 parser.add_argument("--sleep", type=float, default=0)
+parser.add_argument("--until", default=None, help="after the sleep, wait (at most 300 s) until PATH exists")
 parser.add_argument("--sigterm-marker", default=None)
 parser.add_argument("--unauthenticated-client", action="store_true")
 args = parser.parse_args()
@@ -51,4 +52,7 @@ if args.unauthenticated_client:
         report["unauthenticated"] = {"code": None, "connected": False}
 print("PROBE " + json.dumps(report), flush=True)
 time.sleep(args.sleep)
+until = time.monotonic() + 300
+while args.until and not os.path.exists(args.until) and time.monotonic() < until:
+    time.sleep(0.2)
 sys.exit(args.exit)

@@ -84,9 +84,10 @@ elif mode == "tune":
     best = results.get_best_result()
     say(best_x=best.config["x"], trials=len(results), errors=len(results.errors),
         nodes_used=len({r.metrics["node"] for r in results}), seconds=round(time.monotonic() - started, 1))
-    # Stay a while with nothing to do: the autoscaler ends the idle worker jobs after the cooldown.
-    linger, deadline = float(sys.argv[3]), time.monotonic() + float(sys.argv[3])
-    while time.monotonic() < deadline:
+    # Stay with nothing to do until the autoscaler has ended the idle worker jobs (after the cooldown), at most
+    # the given seconds.
+    deadline = time.monotonic() + float(sys.argv[3])
+    while len(alive()) > 1 and time.monotonic() < deadline:
         time.sleep(1)
     say(nodes_at_the_end=len(alive()))
 elif mode == "tasks":

@@ -307,7 +307,8 @@ def test_sigterm_to_open_mpis_mpirun_leaves_nothing_behind(tmp_path):
 
 def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
     """Both run at once; stopping one leaves the other running to its normal end."""
-    long_driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "25"]
+    short_ended = tmp_path / "short-ended"
+    long_driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--until", str(short_ended)]
     short_driver = [sys.executable, str(ROOT / "tests/drivers/probe.py"), "--sleep", "600"]
     jobs = {}
     for name, driver in (("long", long_driver), ("short", short_driver)):
@@ -322,6 +323,7 @@ def test_two_jobs_on_one_host_do_not_disturb_each_other(tmp_path):
                 break
         short_proc.send_signal(signal.SIGTERM)
         _, short_err = short_proc.communicate(timeout=60)
+        short_ended.touch()  # the long job's driver ends now, its cluster whole through the other's end
         long_proc = jobs["long"][0]
         out, err = long_proc.communicate(timeout=180)
     finally:
