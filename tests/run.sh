@@ -33,8 +33,10 @@ echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
 keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
-# The slowest 30 tests are listed at the end: where the time goes, in every CI log.
-MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs" --durations=30 ||
+# The slowest 30 tests are listed at the end: where the time goes, in every CI log. Two processes (pytest-xdist):
+# the testbeds' tests, mostly waiting on their schedulers, in one; every other file, whole, in either
+# (tests/real/conftest.py).
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs" -n 2 --dist loadgroup --durations=30 ||
   status=$((status ? status : $?))
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to

@@ -19,10 +19,18 @@ from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of tests/
 REAL_TIMEOUT_S = 1200
 
 
+# Fixtures of the one testbed of each kind on this machine: the tests that use them run in one process, in turn.
+TESTBED_FIXTURES = {"slurm_testbed", "jobs", "pbs_testbed", "pbs_jobs"}
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.slow)
     if item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(REAL_TIMEOUT_S))
+    # Under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the testbeds' tests run in one process, in turn,
+    # and each other file in one process (its module fixtures start once): a file beside the testbed's tests.
+    testbed = TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))
+    item.add_marker(pytest.mark.xdist_group("testbeds" if testbed else item.path.name))
 
 
 @pytest.fixture(scope="session")
