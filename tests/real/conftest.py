@@ -12,7 +12,6 @@ from helpers import Pace, launch
 from pbs.fixture import pbs_jobs, pbs_testbed  # noqa: F401  (fixtures of tests/real/pbs/)
 from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of tests/real/slurm/ and a container test)
 
-
 # setup.cfg's timeout (300 s) is the fast tier's; a real run's own deadlines (a job's JOB_TIMEOUT_S, then the wait
 # for its nodes to go, an image build) add up past it, and must fire first: they say what did not happen. This is
 # the backstop above them, for a test that has no timeout marker of its own.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, assert_nothing_left, Launch
+from helpers import ROOT, Launch, assert_nothing_left
 
 TRAIN_TIMEOUT_S = 420
 

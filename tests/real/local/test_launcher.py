@@ -18,17 +18,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from process_control import wait_for
-
 from helpers import (
     BIN,
     ROOT,
     Launch,
     assert_nothing_left,
     causes,
-    fail_join,
     driver_report,
     exit_codes,
+    fail_join,
     hydra_loses_exit_codes_after_a_signal,
     last_event,
     launch,
@@ -37,6 +35,7 @@ from helpers import (
     new_job_id,
     rank_pids,
 )
+from process_control import wait_for
 
 HOST_CPUS = len(os.sched_getaffinity(0))
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from process_control import wait_for
 
 from helpers import (
     BIN,
@@ -28,6 +27,7 @@ from helpers import (
     tagged_lines,
     wait_for_events,
 )
+from process_control import wait_for
 
 SCRIPT = ROOT / "tests" / "drivers" / "library_script.py"
 STOP_GRACE_S = 30  # --stop-grace's default, as docs/options.md gives it

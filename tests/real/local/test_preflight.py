@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from process_control import wait_for
 
 from mpiray.raynode.raycompat import ray_version
 
@@ -35,6 +34,7 @@ from helpers import (
     new_job_id,
     rank_events,
 )
+from process_control import wait_for
 
 STORE = 80 * 2**20  # the object store of each node: Ray's least is 75 MiB
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs: needs root")

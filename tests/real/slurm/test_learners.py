@@ -1,8 +1,9 @@
 """Learning on every node of the job, on the 3-host Slurm testbed: RLlib's remote learners spread over the
 hosts (one per learner slot), torch's gloo over the network each node advertises (GLOO_SOCKET_IFNAME, set
-by mpiray per node), what cannot be placed refused at once (a user's own RLlib script with learners on several
-hosts and nothing set: tests/real/slurm/test_elastic.py), and a lost learner node named as the cause, the training continuing from its checkpoint. Other Ray
-workloads as drivers: the Ray Train (torch DDP) and Ray Tune recipes of jobs/recipes/.
+by mpiray per node), what cannot be placed refused at once, and a lost learner node named as the cause, the
+training continuing from its checkpoint (a user's own RLlib script with learners on several hosts and nothing
+set: tests/real/slurm/test_elastic.py). Other Ray workloads as drivers: the Ray Train (torch DDP) and Ray Tune
+recipes of jobs/recipes/, by the sbatch lines they print.
 
 Each runs real RLlib training over real srun; together they take a few minutes on 2 cores.
 """
