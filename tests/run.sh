@@ -36,8 +36,10 @@ keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
 # The slowest 30 tests are listed at the end: where the time goes, in every CI log. Two processes (pytest-xdist):
 # the testbeds' tests, mostly waiting on their schedulers, in one; every other file, whole, in either
 # (tests/real/conftest.py).
-MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs" -n 2 --dist loadgroup --durations=30 ||
-  status=$((status ? status : $?))
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs and not serial" -n 2 --dist loadgroup \
+  --durations=30 || status=$((status ? status : $?))
+# Then what needs the machine to itself (setup.cfg: serial), alone.
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "serial" --durations=5 || status=$((status ? status : $?))
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to
 # build (torch, RLlib), so where it cannot run they are not built either.

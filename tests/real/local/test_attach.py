@@ -68,6 +68,7 @@ def test_attach_from_a_host_without_a_raylet_connects_through_ray_client(cluster
     assert f"({entry.gcs_address}, through this host's raylet)" in on_the_cluster.stderr
 
 
+@pytest.mark.serial  # 1 of 12 failed with another job's tests beside it (Ray Client's proxy: UNAUTHENTICATED)
 def test_drivers_attach_at_once_from_a_host_without_a_raylet(cluster):
     """The head's Ray Client proxy forks a server for each driver, from a process whose gRPC threads are busy
     with the other drivers; with gRPC's fork handlers armed, such a server died now and then before it ran

@@ -73,6 +73,11 @@ def sshfs_mount(root: Path):
                              *[f"-o{key} {value}" for key, value in options.items()]], stderr=subprocess.DEVNULL)
     mount = None
     try:
+        def listening() -> bool:
+            with socket.socket() as client:
+                return client.connect_ex(("127.0.0.1", port)) == 0
+
+        assert wait_for(listening, 30), "the test's sshd does not listen"
         mount = subprocess.Popen(["sshfs", "-f", "-o", f"port={port},IdentityFile={keys / 'user'},"
                                   "StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null",
                                   f"root@127.0.0.1:{export}", str(point)], stderr=subprocess.PIPE, text=True)

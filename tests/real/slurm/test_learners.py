@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from mpiray.logs.report.jobdir import read_job
 from train.run import LOST_NODE_SIGNS
 
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
+from slurm import testbed
 
 pytestmark = pytest.mark.train
 RECIPES = ROOT / "jobs" / "recipes"
@@ -159,9 +161,11 @@ def submit_as_printed(bed, jobs, tmp_path: Path, line: str) -> tuple[str, str]:
     (tmp_path / "jobs").symlink_to(ROOT / "jobs")
     words = shlex.split(line)
     settings = dict(word.split("=", 1) for word in words[:words.index("sbatch")])
-    env = jobs.env(tmp_path, [], SBATCH_PARTITION=bed.partition, SBATCH_CPUS_PER_TASK="2", **settings)
+    env = {**jobs.env(tmp_path, []), "SBATCH_PARTITION": bed.partition, "SBATCH_CPUS_PER_TASK": "2", **settings}
     del env["MPIRAY_DRIVER"]  # the driver is the line's
-    submitted = bed.login(words[words.index("sbatch"):], env=env, cwd=tmp_path, timeout=60)
+    # Not bed.login(): its environment drops every SBATCH_* (the testbed's own jobs must not inherit a user's).
+    submitted = subprocess.run(testbed.login_command(words[words.index("sbatch"):], testbed.LOGIN_HOST), env=env,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job_id = re.fullmatch(r"Submitted batch job (\d+)\n", submitted.stdout)[1]
     jobs.ids.append(job_id)
