@@ -18,8 +18,9 @@ from slurm.fixture import jobs, slurm_testbed  # noqa: F401  (fixtures of tests/
 REAL_TIMEOUT_S = 1200
 
 
-# Fixtures of the one testbed of each kind on this machine: the tests that use them run in one process, in turn.
-TESTBED_FIXTURES = {"slurm_testbed", "jobs", "pbs_testbed", "pbs_jobs"}
+# Fixtures of what there is one of on this machine, the testbeds and the container images (each built once per
+# clone, on first use): the tests that use them run in one process, in turn.
+TESTBED_FIXTURES = {"slurm_testbed", "jobs", "pbs_testbed", "pbs_jobs", "images"}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
