@@ -19,7 +19,7 @@ REAL_TIMEOUT_S = 1200
 
 
 # Fixtures of what there is one of on this machine, the testbeds and the container images (each built once per
-# clone, on first use): the tests that use them run in one process, in turn.
+# clone, on first use): the tests that use them are marked `testbed`, and run in one pytest, in turn.
 TESTBED_FIXTURES = {"slurm_testbed", "jobs", "pbs_testbed", "pbs_jobs", "images"}
 
 
@@ -27,10 +27,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.slow)
     if item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(REAL_TIMEOUT_S))
-    # Under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the testbeds' tests run in one process, in turn,
-    # and each other file in one process (its module fixtures start once): a file beside the testbed's tests.
-    testbed = TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))
-    item.add_marker(pytest.mark.xdist_group("testbeds" if testbed else item.path.name))
+    # tests/run.sh runs `-m testbed` and `-m "not testbed"` in two pytests side by side.
+    if TESTBED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.testbed)
 
 
 @pytest.fixture(scope="session")
