@@ -34,14 +34,17 @@ from slurm.fixture import start
 DRIVER = ROOT / "tests" / "slurm" / "elastic_driver.py"
 
 
-def wait_for_cluster(registry: Registry, timeout: float = JOB_TIMEOUT_S) -> str:
+def wait_for_cluster(registry: Registry, jobs, timeout: float = JOB_TIMEOUT_S) -> str:
+    """This test's cluster (its Slurm job carries the test's job name) once the registry lists it; another test's
+    cluster still listed (one killed with -9 whose entry is not yet seen stale) is not it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = registry.running()
+        ours = set(jobs.bed.run(["squeue", "--noheader", f"--name={jobs.name}", "--format=%i"], timeout=60).stdout.split())
+        running = [entry.job_id for entry in registry.running() if entry.job_id in ours]
         if running:
-            return running[0].job_id
+            return running[0]
         time.sleep(0.3)
-    pytest.fail("no cluster showed up in the registry")
+    pytest.fail("no cluster of this test showed up in the registry")
 
 
 def finish(proc: subprocess.Popen, timeout: float = JOB_TIMEOUT_S) -> int:
@@ -65,7 +68,7 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
     head = start(bed, jobs.srun(tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "3", str(marker)),
                  tmp_path / "head.out")
     try:
-        cluster = wait_for_cluster(registry)
+        cluster = wait_for_cluster(registry, jobs)
         jobs.ids.append(cluster)
         joiner = start(bed, jobs.srun(tmp_path, 2, "--join", cluster), tmp_path / "join.out")
         ready = driver_report(wait_for_text(tmp_path, "head.out", "ELASTIC ").read_text(), "ELASTIC")
@@ -113,7 +116,7 @@ def test_a_join_that_cannot_work_fails_at_once_with_its_reason(slurm_testbed, jo
         marker = tmp_path / "go"
         head = start(bed, jobs.srun(tmp_path, 1, "--", PYTHON, str(DRIVER), "wait-nodes", "1", str(marker)),
                      tmp_path / "head.out")
-        cluster = wait_for_cluster(registry)
+        cluster = wait_for_cluster(registry, jobs)
         jobs.ids.append(cluster)
         env = {}
         argv = jobs.srun(tmp_path, 1, "--join", cluster)
@@ -222,7 +225,7 @@ def test_a_cancelled_worker_job_is_replaced_while_the_work_goes_on(slurm_testbed
     bed = slurm_testbed
     head = start(bed, autoscaled(bed, jobs, tmp_path, "1:3", "tasks"), tmp_path / "head.out")
     try:
-        cluster = wait_for_cluster(Registry(private_registry))
+        cluster = wait_for_cluster(Registry(private_registry), jobs)
         jobs.ids.append(cluster)
         job_dir = tmp_path / "logs" / cluster
         deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -253,7 +256,7 @@ def test_a_worker_job_at_the_end_of_its_walltime_drains_leaves_and_is_replaced_w
                      "--worker-job", str(template), "--", PYTHON, str(DRIVER), "busy", str(marker))
     head = start(bed, argv, tmp_path / "head.out")
     try:
-        cluster = wait_for_cluster(Registry(private_registry))
+        cluster = wait_for_cluster(Registry(private_registry), jobs)
         jobs.ids.append(cluster)
         job_dir = tmp_path / "logs" / cluster
         deadline = time.monotonic() + 120 + JOB_TIMEOUT_S  # the walltime, then a replacement's start
@@ -295,7 +298,7 @@ def test_the_worker_jobs_end_within_a_minute_when_the_head_job_does(slurm_testbe
     bed = slurm_testbed
     head = start(bed, autoscaled(bed, jobs, tmp_path, "1:3", "spread", "3", "600"), tmp_path / "head.out")
     try:
-        cluster = wait_for_cluster(Registry(private_registry))
+        cluster = wait_for_cluster(Registry(private_registry), jobs)
         jobs.ids.append(cluster)
         wait_for_text(tmp_path, "head.out", '"ran_on": 3')  # the worker jobs' nodes are part of the cluster
         # SIGKILL of every process of the head job: nobody of it cancels anything.
