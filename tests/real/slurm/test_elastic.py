@@ -75,7 +75,9 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
         assert ready == {"ready": 3, "ran_on": 3}  # a task ran on each of the joined job's nodes too
         # From the login host: no raylet of the cluster in its process table, as on a site's login node.
         listed = json.loads(login(bed, "list", "--json").stdout)
-        assert [(c["job_id"], c["total_nodes"], len(c["joins"])) for c in listed] == [(cluster, 3, 1)]
+        # (the session's registry may still list another test's cluster that was killed with -9)
+        assert [(c["job_id"], c["total_nodes"], len(c["joins"])) for c in listed if c["job_id"] == cluster] == \
+            [(cluster, 3, 1)]
         attached = login(bed, "attach", cluster, "--", PYTHON, str(DRIVER), "count")
         assert attached.returncode == 0, attached.stderr + client_server_logs(tmp_path / "logs" / cluster)
         assert driver_report(attached.stdout, "ELASTIC")["nodes"] == 3
@@ -95,7 +97,7 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
     assert len(joined["ranks"]) == 2 and joined["exit_code"] == 0
     assert all(r["joined_s"] is not None and r["left_s"] is not None for r in joined["ranks"])
     assert max(count for _, count in report.nodes_over_time) == 3
-    assert registry.running() == []  # withdrawn at the end
+    assert cluster not in [entry.job_id for entry in registry.running()]  # withdrawn at the end
     job_ids = {path.name.split("-rank-")[0] for path in (tmp_path / "logs" / cluster).glob("join-*-rank-*.jsonl")}
     assert len(job_ids) == 1  # the joined job's own id names its files
     joined_records = rank_events(tmp_path / "logs" / cluster, 0)
