@@ -27,7 +27,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.slow)
     if item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(REAL_TIMEOUT_S))
-    # tests/run.sh runs `-m testbed` and `-m "not testbed"` in two pytests side by side.
+    # `-m testbed` and `-m "not testbed"` can run as two pytests side by side (CONTRIBUTING.md).
     if TESTBED_FIXTURES & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.testbed)
 
