@@ -33,11 +33,22 @@ echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
 bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
 keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
-# One pytest, in turn. The slowest 30 tests are listed at the end: where the time goes, in every CI log.
-# (Its two halves, -m testbed and -m "not testbed", can run side by side, tests/real/conftest.py: measured 26 min
-# instead of 40, but not yet green on a fresh clone, so CI runs them in turn.)
-MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs" --durations=30 ||
-  status=$((status ? status : $?))
+# Two pytests side by side: the tests that use a testbed or the container images (marked `testbed` by
+# tests/real/conftest.py: one of each on this machine, so in one pytest, in turn), mostly waiting on their
+# schedulers, and the rest; the first's output follows the second's. Each lists its 30 slowest tests: where the
+# time goes, in every CI log.
+beside=$(mktemp)
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs and not serial and testbed" \
+  --durations=30 >"$beside" 2>&1 &
+beside_pid=$!
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "not pbs and not serial and not testbed" \
+  --durations=30 || status=$((status ? status : $?))
+wait "$beside_pid" || status=$((status ? status : $?))
+echo "tests/run.sh: the tests of the testbeds and the images, run beside the above:" >&2
+cat "$beside"
+rm -f "$beside"
+# Then what needs the machine to itself (setup.cfg: serial), alone.
+MPIRAYTEST_KEEP_TESTBED=1 .venv/bin/python -m pytest tests/real -m "serial" --durations=5 || status=$((status ? status : $?))
 extra_envs=(ray-2.52 openmpi system-mpich)
 # The one decision on the PBS tier (tests/pbs/testbed.py available): its environments take minutes to
 # build (torch, RLlib), so where it cannot run they are not built either.
