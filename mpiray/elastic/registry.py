@@ -56,6 +56,7 @@ class Entry:
     dashboard_port: int | None = None  # the head's dashboard (and Jobs API), with --dashboard
     dashboard_host: str = "127.0.0.1"  # where it listens: the head's address with token auth (commands.dashboard_host)
     client_port: int | None = None  # the head's Ray Client server (ray://head_ip:PORT), where ray[default] runs it
+    auth: bool = True  # token auth on (not --no-auth)
 
     def stale(self, now: float | None = None) -> str | None:
         """Why this entry no longer describes a running cluster (None: it does)."""

@@ -7,10 +7,11 @@ supervisor: it outlives the shell that submitted it (a dropped ssh session, a ki
 
 Where it connects: the head's dashboard serves the Jobs API. With token auth (the default) it listens on the
 head's address, on a port of the job's block, and Ray refuses every request without the cluster's token
-(401) or with another (403); with --no-auth only on 127.0.0.1 of the head's host (docs/security.md says
-why). `--address URL` takes another way in, e.g. http://localhost:8265 through the tunnel `mpiray dashboard`
-prints. The token is read from the user's registry (0600 in a 0700 dir) and sent in a header, never put on
-a command line or in the environment.
+(401) or with another (403); with --no-auth (or a Ray, the image's with --container, whose dashboard does
+not check the token) only on 127.0.0.1 of the head's host (docs/security.md says why). `--address URL`
+takes another way in, e.g. http://localhost:8265 through the tunnel `mpiray dashboard` prints. The token is
+read from the user's registry (0600 in a 0700 dir) and sent in a header, never put on a command line or in the
+environment.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def client(job_id: str, registry: Registry, address: str | None):
     entry = registry.read(job_id)
     url = address or jobs_url(entry)
     if address is None and entry.dashboard_host == "127.0.0.1":
-        raise ConfigError(f"cluster {job_id} runs --no-auth, so its Jobs API listens on 127.0.0.1 of {entry.host} "
+        why = "runs --no-auth" if not entry.auth else \
+            f"runs Ray {entry.ray}, whose dashboard does not ask for the cluster's token"
+        raise ConfigError(f"cluster {job_id} {why}, so its Jobs API listens on 127.0.0.1 of {entry.host} "
                           f"alone: open the tunnel `mpiray dashboard {job_id}` prints and pass --address "
                           f"http://localhost:8265")
     token = registry.token(job_id)

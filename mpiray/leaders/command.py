@@ -60,7 +60,8 @@ class CommandLeader:
 
     def in_image(self, cluster: Cluster, env: dict[str, str]) -> list[str]:
         """The driver command run in the image: the default driver with the image's Python, the token and RAY_TMPDIR
-        (rank 0's private dir) and mpiray's and the trainer's code bound as its node has them (env: PYTHONPATH)."""
+        (rank 0's private dir), the logs and results/, and mpiray's and the trainer's code bound as its node has
+        them (env: PYTHONPATH)."""
         box = self.box
         assert box is not None and cluster.private_dir is not None  # a real cluster's rank 0 has its node's dir
         command = [box.python, *self.command[1:]] if self.command[:1] == [sys.executable] else self.command
@@ -70,7 +71,7 @@ class CommandLeader:
         self.monitor = box.monitor_pidfile(private, self.container)
         if box.named and self.me is not None:  # if rank 0 dies: its guard removes it
             self.me.own_node.remove_container_on_death(box.remove_command(self.container), self.monitor)
-        return box.command(command, in_image(private, None), env, self.container, self.monitor)
+        return box.command(command, in_image(private, None, cluster.log_dir), env, self.container, self.monitor)
 
     def poll(self, timeout: float) -> int | None:
         assert self.proc is not None and self.me is not None, "poll() before start()"

@@ -37,6 +37,7 @@ from mpiray.raynode.node import RayNode
 from mpiray.raynode.raycompat import ray_version
 
 JOIN_ATTEMPTS = 3
+RESULTS_DIR = "results"  # beside the log root: the default trainer's storage path (train/storage.py)
 AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provider asks squeue at most this often)
 
 
@@ -133,7 +134,7 @@ class RealNode:
         box = containers.of(config)
         if box is not None:  # `ray start` inside the image, its dirs and mpiray's code at hand; env is complete
             name = containers.container_name(session.job_id, self.context.rank)
-            binds = in_image(node.private.path, node.spill_dir)
+            binds = in_image(node.private.path, node.spill_dir, session.job_dir(config.log_dir))
             env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
             node.container_monitor = box.monitor_pidfile(node.private.path, name)
             argv = box.command(argv, binds, env, name, node.container_monitor)
@@ -141,7 +142,7 @@ class RealNode:
             log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec)
         if head and config.dashboard:
-            log.event("dashboard", port=spec.ports.dashboard, listen=dashboard_listen(config, spec.node_ip))
+            log.event("dashboard", port=spec.ports.dashboard, listen=dashboard_listen(config, spec.node_ip, image))
 
     def up(self, joins: bool, between: Callable[[], None]) -> NodeInfo:
         self.ray.release()
@@ -367,11 +368,17 @@ def node_env(config: Config, spec: commands.NodeSpec, node: RayNode, head: bool)
     return env
 
 
-def in_image(private: Path, spill_dir: Path | None) -> list[containers.Bind]:
-    """What a node's container binds: the rank's private dir (Ray's temp dir, the token) and the job's spill dir at
-    their own paths, and mpiray's code (the trainer's too, beside it in a checkout) read-only in the private dir's
-    CODE_DIR, for PYTHONPATH: never the host's site-packages, whose Ray would shadow the image's."""
+def in_image(private: Path, spill_dir: Path | None, job_dir: Path) -> list[containers.Bind]:
+    """What a node's (and the driver's) container binds: the rank's private dir (Ray's temp dir, the token), the
+    job's spill dir, the log root above job_dir (LOG_DIR/JOB_ID) and results/ beside it (the default trainer's
+    storage path, train/storage.py: its checkpoints outlive the container) at their own paths, and mpiray's code
+    (the trainer's too, beside it in a checkout) read-only in the private dir's CODE_DIR, for PYTHONPATH: never
+    the host's site-packages, whose Ray would shadow the image's. Any other path: --container-flags' binds."""
     binds = [containers.Bind(str(private), str(private))]
+    log_root = job_dir.resolve().parent
+    for shared in (log_root, log_root.parent / RESULTS_DIR):
+        shared.mkdir(parents=True, exist_ok=True)  # a bind's source must exist when the container starts
+        binds.append(containers.Bind(str(shared), str(shared)))
     if spill_dir is not None:
         # A bind's source must exist when the container starts: rank 0's held `ray start` goes before its
         # pre-flight made the dir (the same checks: a planted one is refused).
@@ -433,7 +440,7 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
     if box is not None:  # the image's Python, which may predate -P
         ray = [box.python, "-m", "mpiray.raynode.starter", *(["--niced-import"] if not head else [])]
     argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics,
-                                 dashboard_host=dashboard_listen(config, node_ip)) if head else \
+                                 dashboard_host=dashboard_listen(config, node_ip, image)) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
     for note in share.notes:
         me.log.event("resource_note", note=note)
@@ -466,7 +473,9 @@ def _mpi4py_version() -> str:
     return getattr(module, "__version__", "not loaded")
 
 
-def dashboard_listen(config: Config, node_ip: str) -> str:
-    """Where this job's head dashboard (Ray's Jobs API) listens (commands.dashboard_host). The image's Ray may be
-    another than the one here, whose dashboard is read: in an image, the dashboard stays on 127.0.0.1."""
-    return commands.dashboard_host(node_ip, config.auth, not config.container and raycompat.dashboard_checks_token())
+def dashboard_listen(config: Config, node_ip: str, image: containers.ImageFacts | None) -> str:
+    """Where this job's head dashboard (Ray's Jobs API) listens (commands.dashboard_host): whether it checks the
+    token is the Ray's that runs it, the image's with --container (image: what its probe read; None: the host's)."""
+    checks = image.dashboard_checks_token if image is not None else \
+        not config.container and raycompat.dashboard_checks_token()
+    return commands.dashboard_host(node_ip, config.auth, checks)

@@ -138,10 +138,15 @@ def has(name):
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
-spec, ray = importlib.util.find_spec("ray"), "not installed"
+spec, ray, checks_token = importlib.util.find_spec("ray"), "not installed", False
 if spec is not None and spec.origin:
     found = re.search(r'^version = "([^"]+)"', pathlib.Path(spec.origin).with_name("_version.py").read_text(), re.M)
     ray = found.group(1) if found else "unknown"
+    try:  # raycompat.dashboard_checks_token(), read in the image
+        head = pathlib.Path(spec.origin).parent / "dashboard" / "http_server_head.py"
+        checks_token = "get_token_auth_middleware" in head.read_text()
+    except OSError:
+        pass
 import os
 try:
     fs = os.statvfs("/dev/shm")
@@ -149,7 +154,8 @@ try:
 except OSError:
     shm = [0, 0]
 print("mpiray-image " + json.dumps({"python": sys.version.split()[0], "ray": ray,
-      "full_agent": all(has(m) for m in MODULES), "ray_client": has("grpc"), "shm": shm}))
+      "full_agent": all(has(m) for m in MODULES), "ray_client": has("grpc"), "shm": shm,
+      "dashboard_checks_token": checks_token}))
 """
 PROBE_TIMEOUT = 120.0  # an image's first start on a node (Apptainer's SIF mount, podman's storage) can be slow
 
@@ -163,6 +169,7 @@ class ImageFacts:
     full_agent: bool  # ray[default]: each node's dashboard agent serves metrics
     ray_client: bool  # grpcio: the head serves Ray Client
     shm: tuple[int, int] = (0, 0)  # /dev/shm as the image sees it: bytes free, in all (its object store lives there)
+    dashboard_checks_token: bool = False  # its Ray's dashboard asks every request for the token (raycompat's)
 
 
 def probe(box: Container, name: str, agent_modules: Sequence[str], timeout: float = PROBE_TIMEOUT) -> ImageFacts:

@@ -25,9 +25,14 @@ def entry(**changes) -> Entry:
 @pytest.mark.parametrize("changes, said", [
     ({"dashboard_port": None}, "mpiray submit: cluster 4711 serves no Jobs API: Ray's dashboard serves it, so start "
                                "the cluster with --dashboard (or MPIRAY_DASHBOARD=1)"),
-    ({"dashboard_host": "127.0.0.1"}, "mpiray submit: cluster 4711 runs --no-auth, so its Jobs API listens on "
-                                      "127.0.0.1 of x1000c0s1b0n0 alone: open the tunnel `mpiray dashboard 4711` "
-                                      "prints and pass --address http://localhost:8265"),
+    ({"dashboard_host": "127.0.0.1", "auth": False},
+     "mpiray submit: cluster 4711 runs --no-auth, so its Jobs API listens on 127.0.0.1 of x1000c0s1b0n0 alone: "
+     "open the tunnel `mpiray dashboard 4711` prints and pass --address http://localhost:8265"),
+    # token auth on, but the Ray that runs the head (an image's) serves its dashboard to anyone: the real reason
+    ({"dashboard_host": "127.0.0.1", "ray": "2.52.1"},
+     "mpiray submit: cluster 4711 runs Ray 2.52.1, whose dashboard does not ask for the cluster's token, so its "
+     "Jobs API listens on 127.0.0.1 of x1000c0s1b0n0 alone: open the tunnel `mpiray dashboard 4711` prints and "
+     "pass --address http://localhost:8265"),
 ])
 def test_a_cluster_without_a_jobs_api_reachable_from_here_is_a_one_line_error(tmp_path, capsys, changes, said):
     registry = Registry(tmp_path / "clusters")
