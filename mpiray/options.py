@@ -178,7 +178,9 @@ OPTIONS = (
     Option("auth", True, "token authentication; --no-auth lets anyone who reaches the ports join the cluster "
            "(it warns)", switch=True, shown_default="on"),
     Option("dashboard", False, "Ray's dashboard, Jobs API and State API on the head (needs ray[default]; Ray "
-           "Train wants it): on the head's address with token auth, else 127.0.0.1 (the log says how to reach it)",
+           "Train wants it): on the head's address with token auth, else 127.0.0.1 (the log says how to reach it). "
+           "Off by default, unlike Ray's: an RLlib or plain Ray driver needs none, and it costs the head a "
+           "process; without it rank 0 says in one line at start that `mpiray submit` and Ray Train need it",
            switch=True, shown_default="off"),
     Option("metrics", True, "Ray's metrics: every node exports them on a port of the job's block (needs "
            "ray[default]); --no-metrics collects none, which saves the head a core's worth of work when nodes "
