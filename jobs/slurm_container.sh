@@ -5,6 +5,10 @@
 #   MPIRAY_CONTAINER=apptainer:/scratch/$USER/ray-2.60.sif sbatch jobs/slurm_container.sh
 #   MPIRAY_CONTAINER=podman-hpc:ray:2.60 MPIRAY_CONTAINER_FLAGS=--gpu sbatch jobs/slurm_container.sh
 #
+# Stage the image first (podman-hpc pull, shifterimg pull, apptainer pull: docs/containers.md). On a named
+# site, its own script takes the same MPIRAY_CONTAINER and keeps the site's #SBATCH lines and --site (on
+# NERSC Perlmutter: jobs/slurm_perlmutter.sh).
+#
 #SBATCH --job-name=ray-container
 #SBATCH --account=myproject            # your allocation
 #SBATCH --partition=standard           # a CPU partition of your cluster
@@ -17,7 +21,8 @@
 
 # ---- settings: edit them here, or set them in the environment you run sbatch from ------------
 MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
-# The host's side: Python with mpi4py and mpiray (Ray is not needed there), e.g. a venv or a module.
+# The host's side: Python with mpi4py and mpiray (Ray is not needed there), e.g. a venv or a module
+# (docs/containers.md, "The host's side: no Ray").
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # KIND:IMAGE (apptainer, singularity, charliecloud, shifter, enroot, podman, podman-hpc) and the runtime's own
 # flags: --nv or --rocm for Apptainer's GPUs, more --bind's for your data.
