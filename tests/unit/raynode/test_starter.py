@@ -1,6 +1,7 @@
 """The starter (mpiray/raynode/starter.py): `ray start` held until released, and its watch of the GCS."""
 
 import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +18,16 @@ def test_the_starter_runs_ray_once_released(niced_import):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"version {ray_version()}" in result.stdout  # the installed Ray's CLI, whichever release it is
+
+
+def test_the_starters_ray_cli_loads_no_group_ray_start_does_not_use():
+    # Each node's starter lives as long as its node: Serve's CLI alone would add pandas, pyarrow and FastAPI to it.
+    code = ("import sys; from mpiray.raynode import starter; main = starter.load_cli(False); "
+            "print(sorted({'pandas', 'pyarrow', 'fastapi', 'ray.serve'} & set(sys.modules)), "
+            "'start' in main.__globals__['cli'].commands)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "True"]
 
 
 def test_the_starter_starts_nothing_if_the_rank_exits_first():
