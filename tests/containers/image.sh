@@ -41,9 +41,11 @@ case "$runtime" in
   *) echo "tests/containers/image.sh: no test image for $runtime here (charliecloud, podman, apptainer, singularity)" >&2
      exit 2 ;;
 esac
-# Debian 12's Python 3.11 with Ray installed into it from PyPI by the venv's pip (the same cp311 wheels).
-ray_requirement="ray[default]==2.60.0"
-recipe="mmdebstrap --variant=minbase --include=python3 bookworm; pip --target $ray_requirement psutil"
+# Debian 12's Python 3.11 with Ray installed into it from PyPI by the venv's pip (the same cp311 wheels), and
+# what the default trainer (train/) needs: RLlib and the CPU torch the venv has (jobs/setup_env.sh's pin).
+ray_requirement="ray[default,rllib]==2.60.0"
+trainer_requirements=(torch==2.13.0 "gymnasium>=1.0")
+recipe="mmdebstrap --variant=minbase --include=python3 bookworm; pip --target $ray_requirement ${trainer_requirements[*]} psutil"
 image=$PWD/.envs/images/$runtime
 if [ -x "$image/usr/bin/python3" ] && [ "$(cat "$image.recipe" 2>/dev/null)" = "$recipe" ]; then
   echo "$image"
@@ -64,7 +66,7 @@ rm -rf "$image" "$image.recipe"
 mkdir -p "$(dirname "$image")"
 started=$SECONDS
 mmdebstrap --quiet --variant=minbase --include=python3 bookworm "$image" >&2
-.venv/bin/python -m pip install -q --target "$image/usr/local/lib/python3.11/dist-packages" "$ray_requirement" psutil \
+.venv/bin/python -m pip install -q --target "$image/usr/local/lib/python3.11/dist-packages" "$ray_requirement" "${trainer_requirements[@]}" psutil \
   2>&1 | grep -v "^WARNING: Location" >&2 || true
 [ -d "$image/usr/local/lib/python3.11/dist-packages/ray" ] || { echo "tests/containers/image.sh: Ray did not install" >&2; exit 1; }
 echo "$recipe" > "$image.recipe"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from mpiray.elastic.registry import Registry
 
 from containers.images import ELSEWHERE, RUNTIMES, runtime_env
 from helpers import (
@@ -33,6 +36,7 @@ from helpers import (
     wait_for_text,
 )
 from process_control import wait_for
+from trainer_args import TINY
 
 NO_RAY = ROOT / "tests" / "hooks" / "no_ray"
 # The driver, inside the image: what it runs on and sees of the cluster.
@@ -41,6 +45,7 @@ DRIVER = ("import json, os, sys, time, ray; ray.init(); "
           "'python': sys.version.split()[0], 'ray': ray.__version__, "
           "'token': os.path.exists(os.environ['RAY_AUTH_TOKEN_PATH'])}), flush=True); "
           "time.sleep(float(os.environ.get('DRIVER_SLEEP', '0'))); sys.exit(int(os.environ.get('DRIVER_EXIT', '0')))")
+COUNT_NODES = "import ray, sys; ray.init(); print('NODES', len(ray.nodes()), sys.version.split()[0], flush=True)"
 GONE_WITHIN_S = 60  # the issue's promise: after kill -9 of a job's ranks, none of its containers is left by then
 
 
@@ -94,11 +99,46 @@ def test_ray_and_the_driver_run_in_the_image_and_the_drivers_exit_code_is_kept(t
         assert (manifest["ray"], manifest["python"]) == ("2.60.0", "3.11.2")
         assert job.event(rank, "container")["reference"] == f"{runtime}:{image}"
     assert "python 3.11.2, ray 2.60.0" in job.stdout  # the pre-flight's line: the image's versions
+    # without --dashboard, said before a user's first Ray Job meets it
+    assert f"mpiray: job {job_id}: no dashboard (--dashboard turns it on)" in job.stdout
     assert_nothing_left(job, wait=10)
     for rank in range(2):  # the private dirs (the token, mpiray's code bound into them) are gone
         assert not os.path.exists(job.event(rank, "private_dir")["path"])
     if runtime == "podman":
         assert containers_of(job_id) == []
+
+
+def test_a_podman_cluster_trains_keeps_its_checkpoints_on_the_host_and_takes_a_ray_job(tmp_path, images):
+    """The default trainer in the image on 2 nodes, its storage (results/ beside the logs) the host's, and, with
+    token auth, `mpiray submit` from here to the head's Jobs API in the image, while the driver waits."""
+    image, job_id, go = images("podman"), new_job_id("podman-train"), tmp_path / "logs" / "go"
+    train = ["python3", "-m", "train", *TINY, "--stop-iters", "2", "--checkpoint-frequency", "1", "--name", "boxed"]
+    driver = f"{shlex.join(train)} && until [ -e {go} ]; do sleep 0.2; done"  # the log root is bound: go is seen
+    command = [str(BIN / "mpirun"), "-np", "2", PYTHON, str(START_RAY), "--container", f"podman:{image}",
+               "--dashboard", "--log-dir", str(tmp_path / "logs"), "--job-id", job_id, "--", "sh", "-c", driver]
+    launcher = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=host_env("podman"))
+    try:
+        registry = Registry(Path(os.environ["MPIRAY_REGISTRY"]))
+        assert wait_for(lambda: launcher.poll() is not None or any(e.job_id == job_id for e in registry.running()),
+                        JOB_TIMEOUT_S, 0.5)
+        assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+        assert registry.read(job_id).dashboard_host != "127.0.0.1"  # the image's Ray checks the token: reachable
+        submitted = subprocess.run([str(BIN / "mpiray"), "submit", job_id, "--", "python3", "-c", COUNT_NODES],
+                                   capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+        assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-2000:]
+        assert "NODES 2 3.11.2" in submitted.stdout  # on the cluster, by the image's Python
+    finally:
+        go.touch()
+        try:
+            output, _ = launcher.communicate(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            output, _ = launcher.communicate()
+    assert launcher.returncode == 0, output[-5000:]
+    checkpoints = sorted((tmp_path / "results" / "boxed").glob("*/checkpoint_*"))
+    assert [c.name for c in checkpoints] == ["checkpoint_000000", "checkpoint_000001"], output[-3000:]
+    assert containers_of(job_id) == []
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
