@@ -120,13 +120,27 @@ def with_mpiray(rounds: int, at_once: int, scratch: Path) -> dict:
             end_group(job, grace=30)
 
 
+def failures_differ(ref: dict, ours: dict) -> tuple[float, str]:
+    """Fisher's exact test (two-sided) of the two failure counts: its p-value, and what it lets the report say."""
+    from scipy.stats import fisher_exact  # SciPy comes with Ray's RLlib extra
+
+    table = [[ref["failed"], ref["drivers"] - ref["failed"]], [ours["failed"], ours["drivers"] - ours["failed"]]]
+    p = float(fisher_exact(table, alternative="two-sided").pvalue)
+    said = "the failure counts differ (p < 0.05)" if p < ALPHA else "no difference in failures is shown (p >= 0.05)"
+    return p, said
+
+
+ALPHA = 0.05
+
+
 def markdown(rows: dict[str, dict], rounds: int, at_once: int) -> str:
     ref, ours = rows["by_hand"], rows["mpiray"]
     ratio = f"{ours['connect_s'] / ref['connect_s']:.2f}x" if ref["connect_s"] and ours["connect_s"] else "-"
+    p, said = failures_differ(ref, ours)
     return "\n".join([
         "# Ray Client drivers that connect", "",
-        f"{time.strftime('%Y-%m-%d %H:%M:%S %z')}, {os.cpu_count()} cores, {rounds} rounds of {at_once} drivers "
-        "at once per configuration, one configuration at a time (`tests/benchmarks/bench_client_connect.py`).", "",
+        f"{rounds} rounds of {at_once} drivers at once per configuration, one configuration after the other (not "
+        f"interleaved). Fisher's exact test of the failures, two-sided: p = {p:.3g}, so {said}.", "",
         "| measure | by hand (`ray start --head`) | mpiray | ratio |", "|---|---|---|---|",
         f"| drivers whose ray.init() failed | {ref['failed']} of {ref['drivers']} | {ours['failed']} of {ours['drivers']} | - |",
         f"| of those, \"{CLIENT_SERVER_DIED}\" | {ref['client_server_died']} | {ours['client_server_died']} | - |",

@@ -42,11 +42,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 JOBS = ROOT / "jobs"
 TIMEOUT_S = 300
-NOTE = ("The elastic target (met on Slurm, 1.06x) is missed here: the testbed's PBS starts a job 0.1 s after its qsub, "
-        "so the reference is little more than the node's join, while Ray's autoscaler first has to see the demand: "
-        "its update loop takes whole seconds (AUTOSCALER_UPDATE_INTERVAL_S is read as an integer; mpiray sets the "
-        "least, 1 s), 0.7-1.6 s before the qsub. That second is the same under a real queue's wait, which it is "
-        "small beside.")
 THREE_HOSTS = ("-l", "select=3:ncpus=2", "-l", "place=scatter", "-l", "walltime=00:05:00", "-k", "doe")
 ONE_HOST = ("-l", "select=1:ncpus=2", "-l", "walltime=00:05:00", "-k", "doe")
 STAMP = "import time\nprint('BENCH', time.time(), flush=True)\n"  # a file: qsub -v splits values at commas
@@ -173,7 +168,7 @@ def main() -> int:
         f"{report['date']} on the 3-host OpenPBS testbed (2 CPUs in all), median of {args.repeats} interleaved "
         f"repeats; PBS's scheduler runs on each submit and job end; each worker job is one Ray node of 1 CPU; "
         f"Ray's autoscaler updates every {AUTOSCALER_UPDATE_S} s.", "", *rows, "",
-        "Every run: " + "; ".join(f"{k} {report['runs'][k]}" for k in runs), "", NOTE, ""])
+        "Every run: " + "; ".join(f"{k} {report['runs'][k]}" for k in runs), ""])
     print(text)
     write_report(args.out, "pbs", text, report, indent=2)
     return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import os
 import statistics
 import subprocess
 import sys
@@ -87,8 +86,7 @@ def main() -> int:
     rows = [("a rank's part (versions, MPI library)", statistics.median(rank_ms), "<= 5 ms"),
             ("a host's part (temp dir, port range, neighbour table, open files)", statistics.median(host_ms),
              "<= 50 ms")]
-    lines = [f"# The pre-flight's cost, and the protocol at {RANKS} ranks ({time.strftime('%Y-%m-%d %H:%M %z')}, "
-             f"{os.cpu_count()} cores, `tests/benchmarks/bench_preflight.py`)", "",
+    lines = [f"# The pre-flight's cost, and the protocol at {RANKS} ranks", "",
              "| measure | median | target | result |", "|---|---|---|---|"]
     for what, value, target in rows:
         limit = float(target.split()[1])
@@ -98,10 +96,7 @@ def main() -> int:
                  f"{'MET' if ratio <= 1.5 else 'MISS'} |")
     lines += ["", f"Every run: rank part ms {[round(v, 2) for v in rank_ms]}; host part ms "
               f"{[round(v, 2) for v in host_ms]}; dry-run s {[round(v, 2) for v in dry]}; barrier s "
-              f"{[round(v, 2) for v in bare]}.", "",
-              "Before this work the same dry run took 2.0-2.3x the barrier (tests/benchmarks/scale_report.md): each "
-              "rank imported what only some need (the elastic registry and autoscaler, PBS's qstat reader, "
-              "`mpiray logs`, psutil, the driver's output pump). They are now imported where they are used."]
+              f"{[round(v, 2) for v in bare]}."]
     text = "\n".join(lines) + "\n"
     print(text)
     write_report(args.out, "preflight", text,

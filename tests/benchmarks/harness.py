@@ -248,10 +248,58 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def run_facts(command: list[str] | None = None) -> dict:
+    """What a report was measured on, stated in every report (write_report): the commit (and whether the tree
+    differed from it), the date, the machine (cores, memory, kernel), Python, Ray and MPI, and the command."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    try:
+        from mpi4py import MPI
+
+        mpi = MPI.Get_library_version().strip().splitlines()[0]
+    except Exception as error:  # noqa: BLE001  (any failure to load MPI is a fact worth reporting, not a crash)
+        mpi = f"unknown ({type(error).__name__})"
+    try:
+        from mpiray.raynode.raycompat import ray_version
+
+        ray = ray_version()
+    except Exception:  # noqa: BLE001
+        ray = "unknown"
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    return {
+        "commit": git("rev-parse", "--short=12", "HEAD") or "unknown",
+        "tree_changed": sorted(changed),  # tracked files that differ from the commit when it ran ([]: none)
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": os.uname().release,
+        "python": sys.version.split()[0],
+        "ray": ray,
+        "mpi": mpi,
+        "command": " ".join(command if command is not None else ["bash tests/benchmarks/run",
+                                                                 Path(sys.argv[0]).stem, *sys.argv[1:]]),
+    }
+
+
+def facts_line(facts: dict) -> str:
+    changed = f" plus changes to {', '.join(facts['tree_changed'])}" if facts["tree_changed"] else ""
+    return (f"Measured {facts['date']} on commit {facts['commit']}{changed}: {facts['cores']} cores, "
+            f"{facts['memory_gib']} GiB, Linux {facts['kernel']}, Python {facts['python']}, Ray {facts['ray']}, "
+            f"{facts['mpi']}. Command: `{facts['command']}`.")
+
+
 def write_report(out_dir: Path, name: str, text: str, data: object | None = None, indent: int = 2) -> None:
-    """A benchmark's report: NAME_report.md (its table, as printed) and, where it keeps its measures, NAME_report.json,
-    in out_dir (made if missing)."""
+    """A benchmark's report: NAME_report.md (its table, as printed) and, where it keeps its measures, NAME_report.json
+    ({"run": run_facts(), "measures": data}), in out_dir (made if missing). The markdown's second line states the
+    run's facts: the commit, machine and command that made it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}_report.md").write_text(text)
+    facts = run_facts()
+    title, _, rest = text.partition("\n")
+    (out_dir / f"{name}_report.md").write_text(f"{title}\n\n{facts_line(facts)}\n{rest}")
     if data is not None:
-        (out_dir / f"{name}_report.json").write_text(json.dumps(data, indent=indent, default=str) + "\n")
+        report = {"run": facts, "measures": data}
+        (out_dir / f"{name}_report.json").write_text(json.dumps(report, indent=indent, default=str) + "\n")

@@ -43,31 +43,36 @@ STARTUP_TIMEOUT_S = 240.0
 
 # What the drivers print; the markers keep them apart from the launcher's own output.
 HELLO_DRIVER = 'print("BENCH-HELLO", flush=True)\n'
-BY_HAND = ("reference", "reference_lean", "baseline")  # measures that are not launcher runs
+# Measures that are not launcher runs: by hand with as many nodes as each launcher run (n1, n2, n4), the lean
+# head's, and the baseline's sleep.
+BY_HAND = ("by_hand_n1", "by_hand_n2", "by_hand_n4", "reference_lean", "baseline")
 
 
-def by_hand(scratch: Path, sleep_s: float, lean: bool = False) -> dict:
-    """`ray start --head`, [sleep], `ray start --address`: seconds from the first to the second's return.
+def by_hand(scratch: Path, sleep_s: float, lean: bool = False, nodes: int = 2) -> dict:
+    """`ray start --head`, [sleep], then `ray start --address` once per other node, one after the other, as a user
+    types them on one host: seconds from the first to the last one's return, and a check that all nodes are ALIVE.
 
     As users type them (Ray's default autoscaler monitor and API server on the head), with only what
-    isolation needs (1 CPU each as the launcher gives 2 ranks on this host, a private temp dir and
+    isolation needs (1 CPU each, as the launcher gives its ranks on this host, a private temp dir and
     port block per node); lean=True adds the launcher's own savings (--no-monitor, no dashboard), so
-    that only the orchestration differs. --block is left out, as users do by hand.
+    that only the orchestration differs. --block is left out, as users do by hand. nodes: as many as the
+    launcher run it is the reference of (bench_launcher: like for like).
     """
     before = descendant_pids()
     node_ip = network.head_address(None)
-    base = network.free_block(f"bench-{secrets.token_hex(4)}", 2).base
-    head_ports, worker_ports = network.node_ports(base), network.node_ports(base + network.UNIT)
+    base = network.free_block(f"bench-{secrets.token_hex(4)}", nodes).base
+    ports = [network.node_ports(base + i * network.UNIT) for i in range(nodes)]
     root = Path(tempfile.mkdtemp(prefix="mb", dir="/tmp"))  # short: Ray's socket paths <= 107 bytes
     env = clean_env()
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    gcs_address = f"{node_ip}:{head_ports.gcs}"
-    head = [RAY, "start", "--head", f"--port={head_ports.gcs}", *ray_flags(node_ip, root / "h", head_ports)]
+    gcs_address = f"{node_ip}:{ports[0].gcs}"
+    head = [RAY, "start", "--head", f"--port={ports[0].gcs}", *ray_flags(node_ip, root / "h", ports[0])]
     if lean:
         head += ["--no-monitor", "--include-dashboard=false"]
-    worker = [RAY, "start", f"--address={gcs_address}", *ray_flags(node_ip, root / "w", worker_ports)]
-    result = {"sleep_s": sleep_s, "head_argv": [str(a) for a in head], "worker_argv": [str(a) for a in worker],
-              "load_average": os.getloadavg()[0]}
+    workers = [[RAY, "start", f"--address={gcs_address}", *ray_flags(node_ip, root / f"w{i}", ports[i])]
+               for i in range(1, nodes)]
+    result = {"sleep_s": sleep_s, "nodes": nodes, "head_argv": [str(a) for a in head],
+              "worker_argv": [str(a) for a in workers[0]] if workers else [], "load_average": os.getloadavg()[0]}
     cpu_before = children_cpu_s()
     try:
         started = time.monotonic()
@@ -76,10 +81,11 @@ def by_hand(scratch: Path, sleep_s: float, lean: bool = False) -> dict:
         if sleep_s:
             time.sleep(sleep_s)
         worker_started = time.monotonic()
-        run_ray_start(worker, env, scratch / "by-hand-worker.log")
+        for worker in workers:
+            run_ray_start(worker, env, scratch / "by-hand-worker.log")
         done = time.monotonic()
         result.update(seconds=done - started, worker_s=done - worker_started)
-        result["alive_nodes"] = alive_nodes(gcs_address, env)  # untimed check that both joined
+        result["alive_nodes"] = alive_nodes(gcs_address, env)  # untimed check that all joined
     finally:
         result["stop"] = stop_daemonized_ray(new_descendants(before))
         left = new_descendants(before)
@@ -89,8 +95,8 @@ def by_hand(scratch: Path, sleep_s: float, lean: bool = False) -> dict:
         reap_orphans()
         result["cpu_s"] = children_cpu_s() - cpu_before
         shutil.rmtree(root, ignore_errors=True)
-    if result["alive_nodes"] != 2:
-        raise RuntimeError(f"by hand: {result['alive_nodes']} nodes alive after both `ray start`s, not 2")
+    if result["alive_nodes"] != nodes:
+        raise RuntimeError(f"by hand: {result['alive_nodes']} nodes alive after the `ray start`s, not {nodes}")
     return result
 
 
