@@ -275,8 +275,7 @@ def markdown(report: dict) -> str:
             f"RSS {mem['rank_process_rss_mib']:.0f} MiB, PSS {mem['rank_process_pss_mib']:.0f} MiB", "")
     head = (
         f"# Launcher benchmark\n\n"
-        f"{report['date']} on {report['host']}: {report['cpu_count']} CPUs, Ray {report['ray_version']}, "
-        f"Python {report['python']}, {report['mpi']}; median of {report['repeats']} repeat(s)"
+        f"Median of {report['repeats']} repeat(s)"
         f"{' (--quick)' if report['quick'] else ''}; load average {report['load_average_start'][0]:.2f} at the "
         f"start, {report['load_average_end'][0]:.2f} at the end.\n\n"
         "Each ratio is to the by-hand start of as many Ray nodes on the same host, measured in the same run, "

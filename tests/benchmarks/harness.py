@@ -260,7 +260,7 @@ def run_facts(command: list[str] | None = None) -> dict:
     try:
         from mpi4py import MPI
 
-        mpi = MPI.Get_library_version().strip().splitlines()[0]
+        mpi = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
     except Exception as error:  # noqa: BLE001  (any failure to load MPI is a fact worth reporting, not a crash)
         mpi = f"unknown ({type(error).__name__})"
     try:
