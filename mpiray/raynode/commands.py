@@ -62,6 +62,7 @@ class NodeSpec:
     resources: str = ""  # custom resources, as JSON ({"NODE_ID_AS_RESOURCE": 7}): --resources
     autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
     spill_dir: str = ""  # --object-spilling-directory: the same on every node of the job (spill.py)
+    labels: str = ""  # --labels: mpiray's and the user's (labels.py), Ray's k=v,k=v form
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
     # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
@@ -116,6 +117,8 @@ def _common(spec: NodeSpec, max_worker: int) -> list[str]:
         argv.append(f"--resources={spec.resources}")
     if spec.spill_dir:
         argv.append(f"--object-spilling-directory={spec.spill_dir}")
+    if spec.labels:
+        argv.append(f"--labels={spec.labels}")
     if spec.full_agent:
         # The agent's gRPC server (raylet and the GCS send it metrics) and its Prometheus endpoint.
         argv += [f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
