@@ -127,6 +127,11 @@ OPTIONS = (
            values.count, shown_default="as --num-cpus"),
     Option("resources", None, "custom Ray resources each node of this job offers, as JSON, e.g. '{\"accel\": 2}'",
            values.resources, shown_default="none"),
+    Option("labels", None, "labels each Ray node of this job carries beside mpiray's own (mpiray.io/job, batch-job, "
+           "host, rank, role, partition, switch), for Ray's label selectors: K=V,K=V", values.labels,
+           shown_default="none"),
+    Option("role", "main", "this job's nodes' role, the label mpiray.io/role: a pool Ray can address, e.g. "
+           "label_selector={'mpiray.io/role': 'rollout'} for a --join job's nodes", values.role),
     Option("learner_slots", None, "RLlib learners each Ray node of this job may hold: the custom resource "
            "mpiray_learner_slot, of which the trainer's learners take one each, so they spread over the nodes; "
            "0: no learner here (a hetjob's CPU component)", values.count, shown_default="the node's GPUs, else 1"),

@@ -147,6 +147,28 @@ def resources(value: str | Mapping[str, float]) -> str:
     return json.dumps(dict(amounts), sort_keys=True)
 
 
+def labels(value: str | Mapping[str, str]) -> str:
+    """The user's node labels: `K=V,K=V` or a dict; the checked value is Ray's `--labels` text, sorted by key."""
+    from mpiray.raynode import labels as node_labels
+
+    if isinstance(value, Mapping):
+        value = ",".join(f"{key}={item}" for key, item in value.items())
+    try:
+        return node_labels.text(node_labels.parse(_text(value, "team=rl,pool=rollout")))
+    except ValueError as error:
+        raise BadValue(str(error)) from None
+
+
+def role(value: str) -> str:
+    """The role of this job's nodes (label mpiray.io/role): one label value."""
+    from mpiray.raynode import labels as node_labels
+
+    try:
+        return node_labels.check_value(_text(value, "rollout"), "role")
+    except ValueError as error:
+        raise BadValue(str(error)) from None
+
+
 def bounds(value: str) -> str:
     text = _text(value, "1:8")
     try:

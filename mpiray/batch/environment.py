@@ -26,6 +26,7 @@ class Scheduler:
     memory_mb: tuple[str, ...] = ()  # the memory (MiB) the job may use on a node
     restart_count: tuple[str, ...] = ()  # how often the batch system started this job again (requeue)
     end_time: tuple[str, ...] = ()  # when the job's walltime ends, seconds since 1970
+    partition: tuple[str, ...] = ()  # the partition or queue the job runs in
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ SCHEDULERS = (
     # component it is in (seen on the testbed: the last component's value).
     Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",),
               gpus=("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"), memory_mb=("SLURM_MEM_PER_NODE",),
-              restart_count=("SLURM_RESTART_COUNT",), end_time=("SLURM_JOB_END_TIME",)),
+              restart_count=("SLURM_RESTART_COUNT",), end_time=("SLURM_JOB_END_TIME",),
+              partition=("SLURM_JOB_PARTITION",)),
     # NCPUS: the chunk's ncpus. Not OMP_NUM_THREADS, which users set to 1 for PyTorch's sake.
     # PBS keeps PBS_JOBID on qrerun and sets no restart count.
-    Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS",), job_id_suffix="."),
+    Scheduler("pbs", "PBS_JOBID", ("PBS_JOBID",), ("NCPUS",), job_id_suffix=".", partition=("PBS_QUEUE",)),
     Scheduler("cobalt", "COBALT_JOBID", ("COBALT_JOBID",), ("ALPS_APP_DEPTH",)),  # aprun -d
     Scheduler("alps", "ALPS_APP_ID", ("ALPS_APP_ID",), ("ALPS_APP_DEPTH",)),
 )
@@ -136,6 +138,8 @@ class Environment:
     netmod: str | None = None  # MPICH's network module, if set (MPIR_CVAR_CH4_NETMOD: ucx, ofi)
     ends_at: float | None = None  # when the job's walltime ends (seconds since 1970), if the scheduler says
     scheduler_job_id: str | None = None  # the job id as the scheduler's commands take it: PBS's "1234.server"
+    partition: str | None = None  # the partition (Slurm) or queue (PBS) the job runs in, if the scheduler says
+    switch: str | None = None  # the leaf switch of this node, where Slurm's topology plugin names it
 
     def describe(self) -> str:
         tasks = f", {self.launched_tasks} tasks" if self.launched_tasks else ""
@@ -192,6 +196,18 @@ def _restart(environ: Mapping[str, str], scheduler: Scheduler) -> str | None:
     return None
 
 
+def leaf_switch(topology_addr: str | None, pattern: str | None) -> str | None:
+    """The switch a node hangs from, as Slurm's topology plugin names it: SLURM_TOPOLOGY_ADDR
+    ("spine1.leaf3.node17") with SLURM_TOPOLOGY_ADDR_PATTERN ("switch.switch.node"): the part before the node's.
+    None where the scheduler gives no switch."""
+    if not topology_addr:
+        return None
+    parts, kinds = topology_addr.split("."), (pattern or "").split(".")
+    if len(parts) < 2 or (pattern and (len(kinds) != len(parts) or kinds[-2] != "switch")):
+        return None
+    return parts[-2] or None
+
+
 def detect(environ: Mapping[str, str] | None = None) -> Environment:
     environ = os.environ if environ is None else environ
     scheduler = next((s for s in SCHEDULERS if environ.get(s.marker)), None)
@@ -212,6 +228,8 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
         ends_at=_positive_int(_first(environ, scheduler.end_time)) if scheduler else None,
         mpi_type=environ.get("SLURM_MPI_TYPE") or None,
         netmod=environ.get("MPIR_CVAR_CH4_NETMOD") or None,
+        partition=_first(environ, scheduler.partition) if scheduler else None,
+        switch=leaf_switch(environ.get("SLURM_TOPOLOGY_ADDR"), environ.get("SLURM_TOPOLOGY_ADDR_PATTERN")),
     )
 
 

@@ -89,17 +89,38 @@ def follow(jobs, submission: str, out=sys.stdout) -> int:
     return code if isinstance(code, int) and code > 0 else 1
 
 
+def on_labels(pairs: Sequence[str]) -> dict[str, str]:
+    """`--on KEY=VALUE` (each a label selector of Ray's: VALUE, !VALUE, in(A,B), !in(A,B)) -> the selector.
+    Raises ConfigError naming the pair that is not one."""
+    selector: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise ConfigError(f"--on {pair!r} is not KEY=VALUE, e.g. --on mpiray.io/role=rollout")
+        selector[key.strip()] = value.strip()
+    return selector
+
+
 def submit(job_id: str, command: list[str], registry: Registry, address: str | None, wait: bool,
-           working_dir: str | None) -> int:
+           working_dir: str | None, on: dict[str, str] | None = None) -> int:
     jobs = client(job_id, registry, address)
     runtime_env = {"working_dir": working_dir} if working_dir else None
-    submission = jobs.submit_job(entrypoint=shlex.join(command), runtime_env=runtime_env,
-                                 submission_id=f"{SUBMISSION_PREFIX}-{job_id}-{time.strftime('%H%M%S')}-"
-                                               f"{time.time_ns() % 10_000:04d}")
+    where = {"entrypoint_label_selector": on} if on else {}
+    try:
+        submission = jobs.submit_job(entrypoint=shlex.join(command), runtime_env=runtime_env,
+                                     submission_id=f"{SUBMISSION_PREFIX}-{job_id}-{time.strftime('%H%M%S')}-"
+                                                   f"{time.time_ns() % 10_000:04d}", **where)
+    except TypeError:  # a Ray (before 2.60's) whose Jobs API takes no entrypoint label selector
+        if not on:
+            raise
+        from mpiray.raynode.raycompat import ray_version
+
+        raise ConfigError(f"this Ray ({ray_version()}) cannot place a Ray Job by label: drop --on") from None
     if not wait:
         print(submission)
         return 0
-    print(f"mpiray submit: {submission} on cluster {job_id}: it runs on the head and goes on if this ends "
+    node = "a node labelled " + ", ".join(f"{k}={v}" for k, v in on.items()) if on else "the head"
+    print(f"mpiray submit: {submission} on cluster {job_id}: it runs on {node} and goes on if this ends "
           f"(mpiray jobs {job_id} stop {submission})", file=sys.stderr)
     try:
         return follow(jobs, submission)
@@ -124,7 +145,8 @@ def main(argv: Sequence[str]) -> int:
     argv = list(argv)
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(
-        prog="mpiray submit", usage="mpiray submit JOB_ID [--no-wait] [--address URL] [--working-dir DIR] -- COMMAND",
+        prog="mpiray submit", usage="mpiray submit JOB_ID [--no-wait] [--address URL] [--working-dir DIR] [--on KEY=VALUE] "
+              "-- COMMAND",
         description="Run COMMAND as a Ray Job on your running cluster JOB_ID (started with --dashboard): it runs on "
                     "the head and goes on if this ends. Follows its output and exits with its outcome (0: "
                     "SUCCEEDED), or with --no-wait prints its submission id.")
@@ -132,11 +154,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--no-wait", dest="wait", action="store_false", help="print the submission id and return")
     parser.add_argument("--working-dir", default=None, help="a directory Ray uploads and runs COMMAND in (Ray's "
                         "runtime_env working_dir, at most 100 MiB); default: the head's working directory")
+    parser.add_argument("--on", action="append", default=[], metavar="KEY=VALUE",
+                        help="run COMMAND on a node with this label (Ray's entrypoint label selector; again for "
+                             "more), e.g. --on mpiray.io/role=rollout; default: the head")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if not command:
         parser.error("give the driver command after '--', e.g. mpiray submit 1234 -- python driver.py")
     return _run("submit", lambda: submit(args.job, command, Registry(args.registry), args.address, args.wait,
-                                         args.working_dir))
+                                         args.working_dir, on_labels(args.on)))
 
 
 def jobs_main(argv: Sequence[str]) -> int:

@@ -30,7 +30,7 @@ from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank import preflight
 from mpiray.rank.messages import JOIN, Session
 from mpiray.rank.state import RAY_STOP_GRACE, STARTUP_POLL, Rank
-from mpiray.raynode import commands, raycompat, spill
+from mpiray.raynode import commands, labels, raycompat, spill
 from mpiray.raynode import container as containers
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import RayNode
@@ -431,9 +431,13 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
             share = resources.fit_own_shm(share, *image.shm, me.view, f"the image on {me.host}")
         except ValueError as error:
             raise ImageFailed(str(error)) from None
+    node_labels = labels.node_labels(job=session.job_id, batch_job=session.own_job_id or session.job_id,
+                                     host=me.host, rank=me.rank, role=config.role, partition=me.env.partition,
+                                     switch=me.env.switch, user=labels.parse(config.labels or ""))
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{me.host}-rank{me.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.job_id))),
+                             labels=labels.text(node_labels),
                              **({"full_agent": image.full_agent, "ray_client": image.ray_client} if image else {}))
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     box = containers.of(config)

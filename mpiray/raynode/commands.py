@@ -62,6 +62,7 @@ class NodeSpec:
     resources: str = ""  # custom resources, as JSON ({"NODE_ID_AS_RESOURCE": 7}): --resources
     autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
     spill_dir: str = ""  # --object-spilling-directory: the same on every node of the job (spill.py)
+    labels: str = ""  # --labels: mpiray's and the user's (labels.py), Ray's k=v,k=v form
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
     # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
@@ -116,6 +117,8 @@ def _common(spec: NodeSpec, max_worker: int) -> list[str]:
         argv.append(f"--resources={spec.resources}")
     if spec.spill_dir:
         argv.append(f"--object-spilling-directory={spec.spill_dir}")
+    if spec.labels:
+        argv.append(f"--labels={spec.labels}")
     if spec.full_agent:
         # The agent's gRPC server (raylet and the GCS send it metrics) and its Prometheus endpoint.
         argv += [f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
@@ -168,8 +171,8 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
 # task that runs a subprocess) then loses the child now and then before its exec: the handlers skip while
 # other threads are in gRPC, the child closes its inherited fds, gRPC's poller in it aborts (rc -11 or -6,
 # empty logs). A Ray Client driver then fails "Starting Ray client server failed" (ray-project/ray#63202,
-# open in Ray 2.60): here 5 of 100 drivers, 4 at a time, by hand, 0 of 100 under mpiray
-# (tests/benchmarks/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
+# open in Ray 2.60): here 9 of 100 drivers, 4 at a time, by hand, 0 of 100 under mpiray (Fisher's exact test
+# p = 0.003, tests/benchmarks/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
 # tests/real/local/test_attach.py before, 0 of 12 after). Off, the child just execs; gRPC's Python layer supports no use
 # of gRPC in a forked child either way.
 GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -248,12 +249,15 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+REPORT_FILE = re.compile(r"tests/benchmarks/(\w+_report\.(md|json)|scale\.png)$")
+
+
 def run_facts(command: list[str] | None = None) -> dict:
     """What a report was measured on, stated in every report (write_report): the commit (and whether the tree
     differed from it), the date, the machine (cores, memory, kernel), Python, Ray and MPI, and the command."""
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.rstrip()
         except (OSError, subprocess.TimeoutExpired):
             return ""
 
@@ -269,7 +273,9 @@ def run_facts(command: list[str] | None = None) -> dict:
         ray = ray_version()
     except Exception:  # noqa: BLE001
         ray = "unknown"
-    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    # What differs from the commit, less the reports themselves (a run of all rewrites them one after the other).
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if not REPORT_FILE.search(line)]
     return {
         "commit": git("rev-parse", "--short=12", "HEAD") or "unknown",
         "tree_changed": sorted(changed),  # tracked files that differ from the commit when it ran ([]: none)

@@ -67,6 +67,21 @@ def wait_for_status(job_id: str, submission: str, wanted: str, timeout: float = 
         time.sleep(1)
 
 
+WHERE_AM_I = ("import ray; ray.init(); here = ray.get_runtime_context().get_node_id(); "
+              "print('ON', [n['Labels'].get('mpiray.io/rank') for n in ray.nodes() if n['NodeID'] == here][0], "
+              "flush=True)")
+
+
+def test_a_submission_with_on_runs_on_a_node_of_that_label_and_without_on_the_head(cluster):
+    job_id, entry, job_dir = cluster
+    placed = mpiray("submit", job_id, "--on", "mpiray.io/rank=1", "--", PYTHON, "-c", WHERE_AM_I)
+    assert placed.returncode == 0, placed.stderr[-3000:]
+    assert "ON 1" in placed.stdout and "runs on a node labelled mpiray.io/rank=1" in placed.stderr
+    default = mpiray("submit", job_id, "--", PYTHON, "-c", WHERE_AM_I)
+    assert default.returncode == 0, default.stderr[-3000:]
+    assert "ON 0" in default.stdout
+
+
 def test_a_driver_submitted_from_a_login_host_runs_on_the_cluster_and_its_outcome_is_the_exit_code(cluster):
     job_id, entry, job_dir = cluster
     counted = mpiray("submit", job_id, "--", PYTHON, "-c", COUNT_NODES)

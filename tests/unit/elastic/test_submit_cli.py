@@ -41,6 +41,16 @@ def test_a_cluster_without_a_jobs_api_reachable_from_here_is_a_one_line_error(tm
     assert capsys.readouterr().err.strip() == said
 
 
+def test_on_takes_rays_label_selectors_and_refuses_a_pair_that_is_none_in_one_line(tmp_path, capsys):
+    assert submit.on_labels(["mpiray.io/role=rollout", "zone=!in(a,b)"]) == {"mpiray.io/role": "rollout",
+                                                                           "zone": "!in(a,b)"}
+    registry = Registry(tmp_path / "clusters")
+    registry.publish(entry(), "s3cret")
+    assert submit.main(["4711", "--registry", str(registry.root), "--on", "rollout", "--", "python", "x.py"]) == 2
+    assert capsys.readouterr().err.strip() == ("mpiray submit: --on 'rollout' is not KEY=VALUE, e.g. --on "
+                                               "mpiray.io/role=rollout")
+
+
 def test_no_such_cluster_and_a_missing_command_are_said_in_one_line(tmp_path, capsys):
     registry = Registry(tmp_path / "clusters")
     registry.publish(entry(), "s3cret")

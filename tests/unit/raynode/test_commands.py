@@ -1,5 +1,6 @@
 """`ray start` command lines as lists (mpiray/raynode/commands.py), the environment they get, the socket-path check."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -198,3 +199,10 @@ def test_every_node_offers_learner_slots_beside_the_users_own_resources():
     assert json.loads(commands.node_resources('{"accel": 2}', 4)) == {"accel": 2, "mpiray_learner_slot": 4}
     assert json.loads(commands.node_resources('{"mpiray_learner_slot": 0}', 4)) == {"mpiray_learner_slot": 0}
     assert json.loads(commands.node_resources(None, 0)) == {}  # --learner-slots 0: a hetjob's CPU component
+
+
+def test_every_node_starts_with_its_labels_in_rays_form():
+    spec = dataclasses.replace(SPEC, labels="mpiray.io/rank=0,team=rl")
+    assert "--labels=mpiray.io/rank=0,team=rl" in head_command(["ray"], spec, dashboard=False)
+    assert "--labels=mpiray.io/rank=0,team=rl" in worker_command(["ray"], spec, "10.0.0.5:6379")
+    assert not [arg for arg in worker_command(["ray"], SPEC, "10.0.0.5:6379") if arg.startswith("--labels")]

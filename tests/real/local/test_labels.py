@@ -1,0 +1,46 @@
+"""Node labels for real (mpiray/raynode/labels.py): every Ray node of a job starts with mpiray's labels and the
+user's, Ray reports them, and Ray's label selectors place a task and an actor by them. The pure parts are in
+tests/unit/raynode/test_labels.py."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from mpiray.raynode.labels import fitted
+
+from helpers import assert_nothing_left, driver_report, launch
+
+# The driver: every node's labels as Ray reports them, and where a task and an actor placed by label ran.
+DRIVER = """
+import json, ray
+ray.init()
+labels = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]}
+here = lambda: ray.get_runtime_context().get_node_id()
+task = ray.remote(label_selector={"mpiray.io/rank": "1"})(here)
+actor = ray.remote(label_selector={"mpiray.io/rank": "0", "team": "rl"})(type("A", (), {"where": here}))
+print("LABELS " + json.dumps({"nodes": sorted(labels.values(), key=lambda l: l.get("mpiray.io/rank", "")),
+      "task": labels[ray.get(task.remote())].get("mpiray.io/rank"),
+      "actor": labels[ray.get(actor.remote().where.remote())].get("mpiray.io/rank")}), flush=True)
+"""
+
+
+def test_every_node_carries_its_labels_and_a_task_and_an_actor_land_where_their_selectors_say(tmp_path):
+    job = launch(tmp_path, 2, ["--labels", "team=rl", "--role", "rollout"], [sys.executable, "-c", DRIVER],
+                 tag="labels")
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    found = driver_report(job.stdout, "LABELS", job.stderr)
+    for rank, labels in enumerate(found["nodes"]):
+        ours = {key: value for key, value in labels.items() if key.startswith("mpiray.io/") or key == "team"}
+        assert ours == {"mpiray.io/job": job.job_dir.name, "mpiray.io/batch-job": job.job_dir.name,
+                        "mpiray.io/host": fitted(socket.gethostname()), "mpiray.io/rank": str(rank),
+                        "mpiray.io/role": "rollout", "team": "rl"}, labels
+    assert (found["task"], found["actor"]) == ("1", "0")
+    assert_nothing_left(job)
+
+
+def test_a_label_ray_would_refuse_stops_the_job_before_mpi_with_what_was_wrong(tmp_path):
+    job = launch(tmp_path, 2, ["--labels", "ray.io/node-id=x"], [sys.executable, "-c", "pass"], tag="badlabel")
+    assert job.returncode == 2
+    assert "--labels" in job.stderr and "ray.io/ (Ray's) are set by them" in job.stderr
+    assert not job.job_dir.exists() or not list(job.job_dir.glob("rank-*.ray.log"))  # no Ray node started
