@@ -21,6 +21,7 @@ from mpiray.config import parse_bounds
 from mpiray.errors import BadValue
 from mpiray.host.resources import MIN_OBJECT_STORE
 from mpiray.raynode import container as containers
+from mpiray.raynode import labels as node_labels
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off"}
@@ -149,8 +150,6 @@ def resources(value: str | Mapping[str, float]) -> str:
 
 def labels(value: str | Mapping[str, str]) -> str:
     """The user's node labels: `K=V,K=V` or a dict; the checked value is Ray's `--labels` text, sorted by key."""
-    from mpiray.raynode import labels as node_labels
-
     if isinstance(value, Mapping):
         value = ",".join(f"{key}={item}" for key, item in value.items())
     try:
@@ -161,8 +160,6 @@ def labels(value: str | Mapping[str, str]) -> str:
 
 def role(value: str) -> str:
     """The role of this job's nodes (label mpiray.io/role): one label value."""
-    from mpiray.raynode import labels as node_labels
-
     try:
         return node_labels.check_value(_text(value, "rollout"), "role")
     except ValueError as error:

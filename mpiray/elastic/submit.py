@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mpiray.elastic.registry import Entry, Registry
 from mpiray.errors import ConfigError, LaunchError, NoSuchCluster
+from mpiray.raynode.raycompat import ray_version
 
 # Ray's words for a submission that has ended (ray.job_submission.JobStatus.is_terminal).
 ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -113,8 +114,6 @@ def submit(job_id: str, command: list[str], registry: Registry, address: str | N
     except TypeError:  # a Ray (before 2.60's) whose Jobs API takes no entrypoint label selector
         if not on:
             raise
-        from mpiray.raynode.raycompat import ray_version
-
         raise ConfigError(f"this Ray ({ray_version()}) cannot place a Ray Job by label: drop --on") from None
     if not wait:
         print(submission)

@@ -17,7 +17,9 @@ BENCHMARKS = ROOT / "tests" / "benchmarks"
 PAGES = [ROOT / "docs" / "performance.md", ROOT / "docs" / "sizing.md", ROOT / "docs" / "elastic.md",
          ROOT / "docs" / "storage.md"]
 REPORT_LINK = re.compile(r"tests/benchmarks/(\w+_report)\.md")
-FIGURE = re.compile(r"(?<![\w.-])(\d+(?:\.\d+)?(?:\s?(?:ms|s|x|×|%|MiB|GiB)\b|x(?!\w))|\d+\.\d+)")
+FIGURE = re.compile(r"(?<![\w.-])(\d+(?:\.\d+)?(?:\s?(?:ms|s|x|×|%|MiB|GiB)\b|x(?!\w))|\d+\.\d+(?![.\d]))")
+# A version, not a figure: "Ray 2.60", "torch 2.13", "before 2.57", "OpenPBS 23.06".
+VERSION_BEFORE = re.compile(r"(Ray|torch|Python|OpenPBS|Slurm|before|since|from)\s$")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 FACTS = re.compile(r"^Measured (\S+ \S+ \S+) on commit ([0-9a-f]{7,40})", re.M)
 
@@ -35,8 +37,9 @@ def quoted() -> list[tuple[str, str, list[str]]]:
         for block in paragraphs(page):
             reports = sorted(set(REPORT_LINK.findall(block)))
             text = REPORT_LINK.sub("", re.sub(r"\(\.\./[^)]*\)", "", block))  # links' own digits are no figure
-            for figure in FIGURE.findall(text):
-                found.append((page.name, figure, reports))
+            for figure in FIGURE.finditer(text):
+                if not VERSION_BEFORE.search(text[max(0, figure.start() - 10):figure.start()]):
+                    found.append((page.name, figure.group(), reports))
     return found
 
 

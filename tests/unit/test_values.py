@@ -24,6 +24,8 @@ TAKEN = [
     (values.path, "logs", Path("logs")),
     (values.resources, '{"b": 1, "a": 2.5}', '{"a": 2.5, "b": 1}'),  # sorted: the same resources, the same text
     (values.bounds, "1:8", "1:8"),
+    (values.labels, "zone=b, team=rl", "team=rl,zone=b"),  # sorted: the same labels, the same text
+    (values.role, "rollout", "rollout"),
     (values.interface, "ib0", "ib0"),
     (values.address_rule, "{host}.hsn.cm.polaris.alcf.anl.gov", "{host}.hsn.cm.polaris.alcf.anl.gov"),
     (values.address_rule, " {host}i", "{host}i"),
@@ -64,6 +66,8 @@ REFUSED = [
     (values.resources, '{"accel": -1}', "'{\"accel\": -1}': give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
     (values.resources, '{"accel": true}', "'{\"accel\": true}': give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
     (values.resources, "[2]", "'[2]': give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
+    (values.labels, "team", "'team' is not KEY=VALUE (e.g. team=rl,pool=rollout)"),
+    (values.role, "roll out", "role 'roll out': at most 63 letters, digits, '-', '_' and '.', a letter or digit at both ends"),
     (values.bounds, "8", "not MIN:MAX: '8' (e.g. 1:8: at least 1 node, at most 8)"),
     (values.bounds, "3:1", "'3:1': MIN must be at least 1 and at most MAX"),
     (values.interface, "", "empty interface name: give one, e.g. ib0, or leave it out"),
