@@ -18,7 +18,10 @@ ray.init()
 labels = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]}
 here = lambda: ray.get_runtime_context().get_node_id()
 task = ray.remote(label_selector={"mpiray.io/rank": "1"})(here)
-actor = ray.remote(label_selector={"mpiray.io/rank": "0", "team": "rl"})(type("A", (), {"where": here}))
+class Where:
+    def where(self):
+        return here()
+actor = ray.remote(label_selector={"mpiray.io/rank": "0", "team": "rl"})(Where)
 print("LABELS " + json.dumps({"nodes": sorted(labels.values(), key=lambda l: l.get("mpiray.io/rank", "")),
       "task": labels[ray.get(task.remote())].get("mpiray.io/rank"),
       "actor": labels[ray.get(actor.remote().where.remote())].get("mpiray.io/rank")}), flush=True)
