@@ -39,11 +39,10 @@ from mpiray.rank.messages import (
     Session,
     versions,
 )
-from mpiray.rank.ownnode import dashboard_listen, log_context, start_node
+from mpiray.rank.ownnode import log_context, start_node
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.rank.zero import RankZero
 from mpiray.raynode.commands import LOOPBACK, NodeSpec, head_ports
-from mpiray.raynode.container import ImageFacts
 from mpiray.raynode.gcs import NodeInfo
 
 if TYPE_CHECKING:
@@ -132,7 +131,7 @@ class Head(RankZero):
         if image is not None:
             ours = {"ray": image.ray, "python": image.python}
         return registry_entry(me.config, cluster, me.own_node.spec, me.host, me.started, me.env.scheduler,
-                              self.batch_job.ends_at, ours, image)
+                              self.batch_job.ends_at, ours)
 
     def drain(self, seconds: float, why: str) -> bool:
         """The workers' nodes drained through Ray (raynode/drain.py: reason preemption, the deadline in `seconds`),
@@ -220,10 +219,10 @@ class Head(RankZero):
 
 
 def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host: str, started: float, scheduler: str,
-                   ends_at: float | None, ours: dict[str, str], image: ImageFacts | None = None) -> Entry:
+                   ends_at: float | None, ours: dict[str, str]) -> Entry:
     """What the registry says of a cluster: how to reach it (GCS, dashboard, Ray Client: spec, the head node's;
-    None where it has none), what it runs (ours: the ray and python versions; image: the job's image's, with
-    --container), until when, and how big it is; no secret (the token lies beside it)."""
+    None where it has none), what it runs (ours: the ray and python versions), until when, and how big it is;
+    no secret (the token lies beside it)."""
     from mpiray.elastic.registry import Entry
 
     session = cluster.session
@@ -234,7 +233,7 @@ def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host
         ends_at=ends_at, scheduler=scheduler, nodes=len(cluster.nodes),
         cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
         dashboard_port=spec.ports.dashboard if spec is not None and config.dashboard else None,
-        dashboard_host=dashboard_listen(config, spec.node_ip, image) if spec is not None else LOOPBACK,
+        dashboard_host=spec.dashboard_host if spec is not None else LOOPBACK,
         client_port=head_ports(spec).ray_client if spec is not None else None, auth=config.auth,
     )
 

@@ -142,7 +142,7 @@ class RealNode:
             log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec)
         if head and config.dashboard:
-            log.event("dashboard", port=spec.ports.dashboard, listen=dashboard_listen(config, spec.node_ip, image))
+            log.event("dashboard", port=spec.ports.dashboard, listen=spec.dashboard_host)
 
     def up(self, joins: bool, between: Callable[[], None]) -> NodeInfo:
         self.ray.release()
@@ -438,13 +438,13 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
                              commands.node_resources(config.resources, slots), autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.job_id))),
                              labels=labels.text(node_labels),
+                             dashboard_host=dashboard_listen(config, node_ip, image) if head else commands.LOOPBACK,
                              **({"full_agent": image.full_agent, "ray_client": image.ray_client} if image else {}))
     ray = commands.ray_command(niced_import=not head)  # the head's start comes first on a shared host
     box = containers.of(config)
     if box is not None:  # the image's Python, which may predate -P
         ray = [box.python, "-m", "mpiray.raynode.starter", *(["--niced-import"] if not head else [])]
-    argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics,
-                                 dashboard_host=dashboard_listen(config, node_ip, image)) if head else \
+    argv = commands.head_command(ray, spec, dashboard=config.dashboard, metrics=config.metrics) if head else \
         commands.worker_command(ray, spec, session.gcs_address)
     for note in share.notes:
         me.log.event("resource_note", note=note)

@@ -50,6 +50,9 @@ def ray_command(niced_import: bool = False) -> list[str]:
     return module_command("mpiray.raynode.starter") + (["--niced-import"] if niced_import else [])
 
 
+LOOPBACK = "127.0.0.1"
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     """Everything one `ray start` needs to know."""
@@ -63,6 +66,7 @@ class NodeSpec:
     autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
     spill_dir: str = ""  # --object-spilling-directory: the same on every node of the job (spill.py)
     labels: str = ""  # --labels: mpiray's and the user's (labels.py), Ray's k=v,k=v form
+    dashboard_host: str = LOOPBACK  # a head's: where its dashboard (and Jobs API) listens (dashboard_host())
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
     # Whether a head here serves Ray Client (ray://): Ray starts it whenever grpcio imports (ray[default]).
@@ -128,13 +132,10 @@ def _common(spec: NodeSpec, max_worker: int) -> list[str]:
     return argv
 
 
-LOOPBACK = "127.0.0.1"
 
-
-def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True,
-                 dashboard_host: str = LOOPBACK) -> list[str]:
+def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics: bool = True) -> list[str]:
     """The head's `ray start`; metrics: each node exports Ray's metrics on ports.metrics_export (needs full_agent);
-    dashboard_host: where the dashboard (and Jobs API) listens (dashboard_host())."""
+    the dashboard (and Jobs API), on or off, listens on spec.dashboard_host."""
     ports, extra = spec.ports, head_ports(spec)
     argv = [*ray, "start", "--head", f"--port={ports.gcs}", *_common(spec, extra.max_worker)]
     if extra.ray_client:  # given without grpcio, a port is an error
@@ -149,7 +150,7 @@ def head_command(ray: Sequence[str], spec: NodeSpec, *, dashboard: bool, metrics
         argv.append(METRICS_OFF)
     # The dashboard's port is in the job's block even when it is off: Ray's default (8265) is shared
     # by every job on the host.
-    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", f"--dashboard-host={dashboard_host}",
+    argv += [f"--include-dashboard={'true' if dashboard else 'false'}", f"--dashboard-host={spec.dashboard_host}",
              f"--dashboard-port={ports.dashboard}"]
     return argv
 

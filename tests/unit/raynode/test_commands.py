@@ -45,7 +45,8 @@ def test_dashboard_binds_to_loopback_and_a_port_of_the_block_even_when_off(dashb
 ])
 def test_the_jobs_api_listens_on_the_heads_address_only_where_ray_asks_for_the_token(auth, checks_token, listens):
     assert commands.dashboard_host("10.0.0.7", auth, checks_token) == listens
-    assert f"--dashboard-host={listens}" in head_command(["ray"], SPEC, dashboard=True, dashboard_host=listens)
+    spec = dataclasses.replace(SPEC, dashboard_host=listens)
+    assert f"--dashboard-host={listens}" in head_command(["ray"], spec, dashboard=True)
 
 
 def test_worker_command_joins_the_head_and_has_no_head_only_flags():
