@@ -29,21 +29,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from importlib.metadata import version
 from pathlib import Path
 
 from mpiray.host.processes import become_subreaper
 
 from harness import (
-    BIN,
     JOB_REGISTRY,
     STOP_GRACE_S,
     TRACKED,
@@ -110,14 +104,9 @@ def slurm_testbed(enabled: bool, notes: list[str]):
 
 def run_all(args, scratch: Path) -> dict:
     report: dict = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "host": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
+        "cpu_count": os.cpu_count(),  # the date, host, versions and command: the report's run facts (harness.py)
         "cpu_affinity": len(os.sched_getaffinity(0)),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
-        "ray_version": version("ray"),
-        "python": platform.python_version(),
-        "mpi": _mpi_version(),
         "repeats": args.repeats,
         "quick": args.quick,
         "notes": [],
@@ -326,14 +315,6 @@ def _phase_medians(runs: dict) -> dict:
         phases["first_line"] = median([r["seconds"] for r in results])
         out[name] = phases
     return out
-
-
-def _mpi_version() -> str:
-    try:
-        out = subprocess.run([str(BIN / "mpichversion")], check=False, capture_output=True, text=True, timeout=10).stdout
-        return "MPICH " + out.split("Version:")[1].split()[0]
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        return "MPI unknown"
 
 
 def parse_args(argv):
