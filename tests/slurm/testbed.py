@@ -22,6 +22,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -65,6 +66,11 @@ LOGIN_HOST = "mpiray-login"  # the login node: the controller's side of the brid
 NODE_COUNT = 3
 CPUS_PER_NODE = 2
 REAL_MEMORY_MB = 1024
+# Each node's GPUs as Slurm's GRES knows them (Kestrel's GPU nodes: 4 H100s), so that every form of request a site
+# documents (--gres=gpu:h100:4, --gpus-per-node, --gpus, -G) is answered as Slurm answers it there. The devices
+# are stand-ins (gres.conf's File=, which slurmd wants a character device: each is one like /dev/null, root's
+# only): no job opens them; what tests fake is only what a vendor library counts.
+GPU_TYPE, GPUS_PER_NODE = "h100", 4
 # Not the Slurm defaults (6817/6818), so that a real Slurm on a workstation is left alone.
 SLURMCTLD_PORT = 16817
 SLURMD_PORT = 16818
@@ -287,11 +293,12 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
         f"JobCompLoc={testbed.jobcomp_path}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
+        "GresTypes=gpu",
     ]
     for node in testbed.nodes:
         lines.append(
             f"NodeName={node.name} NodeAddr={node.ip} NodeHostname={node.name} "
-            f"CPUs={CPUS_PER_NODE} RealMemory={REAL_MEMORY_MB} State=UNKNOWN"
+            f"CPUs={CPUS_PER_NODE} RealMemory={REAL_MEMORY_MB} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={testbed.partition} Nodes={testbed.nodelist} Default=YES "
@@ -301,6 +308,12 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
 
 
 # --- commands and processes ------------------------------------------------------------------
+
+
+def gres_conf(testbed: Testbed) -> str:
+    """gres.conf text: every node's GPUs, their device files the stand-ins under the state dir."""
+    devices = testbed.state_dir / "dev" / f"nvidia[0-{GPUS_PER_NODE - 1}]"
+    return (f"NodeName={testbed.nodelist} Name=gpu Type={GPU_TYPE} File={devices}\n")
 
 
 def job_processes(testbed: Testbed, job_id: int | str) -> dict[int, str]:
@@ -342,6 +355,12 @@ def _make_state_dir(testbed: Testbed) -> None:
         (state / "spool" / node.name).mkdir(parents=True, exist_ok=True)
         (state / "tmp" / node.name).mkdir(parents=True, exist_ok=True)
     (state / "plugstack.conf").write_text("")
+    (state / "dev").mkdir(exist_ok=True)
+    for index in range(GPUS_PER_NODE):
+        device = state / "dev" / f"nvidia{index}"
+        if not device.exists():
+            os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    (state / "gres.conf").write_text(gres_conf(testbed))
     testbed.conf_path.write_text(slurm_conf(testbed, socket.gethostname().split(".")[0]))
 
 

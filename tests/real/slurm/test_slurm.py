@@ -389,11 +389,10 @@ def test_single_node_script_splits_the_node_between_its_ranks(slurm_testbed, job
 
 
 def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, jobs, tmp_path):
-    # The testbed has no GPUs: component 0 asks for none, and LEARNER_GPUS=1 has the learner's
-    # Ray node offer a logical GPU, which is enough to see where GPU work is placed.
-    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT), "--gpu-task"], LEARNER_GPUS="1")
-    job_id = jobs.submit(JOBS / "slurm_hetjob.sh", tmp_path, env,
-                         "--gpus-per-node=0", "--cpus-per-task=2", ":",
+    # Component 0 gets the script's own --gpus-per-node=2 from the test bed's GRES (stand-in devices: where the
+    # GPU work is placed is what shows, not what it computes).
+    env = jobs.env(tmp_path, [PYTHON, str(PLACEMENT), "--gpu-task"])
+    job_id = jobs.submit(JOBS / "slurm_hetjob.sh", tmp_path, env, "--cpus-per-task=2", ":",
                          f"--partition={slurm_testbed.partition}", "--cpus-per-task=1")
     result = slurm_testbed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
     assert result == testbed.JobResult(state="COMPLETED", exit_code=0, signal=0)
@@ -401,10 +400,10 @@ def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, job
     learner = seen["driver_host"]  # rank 0 runs in component 0, the learner's
     resources = {node["host"]: node["resources"] for node in seen["nodes"]}
     assert sorted(resources) == slurm_testbed.node_names
-    # The learner slots too: one for the learner node's GPU, none on the rollout nodes (--learner-slots 0).
-    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 1.0, "mpiray_learner_slot": 1.0}
+    # The learner slots too: one per GPU of the learner node, none on the rollout nodes (--learner-slots 0).
+    assert resources.pop(learner) == {"CPU": 2.0, "GPU": 2.0, "mpiray_learner_slot": 2.0}
     assert list(resources.values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
-    assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] == "0"
+    assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] in ("0", "1")
     assert sorted(task["ip"] for task in seen["pinned"]) == slurm_testbed.node_ips
     logs = rank_logs(tmp_path / "logs" / job_id, 3)
     assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
