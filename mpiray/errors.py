@@ -64,14 +64,6 @@ class DirUnwritable(ConfigError):
     cause = "dir_unwritable"
 
 
-class DirFull(ConfigError):
-    cause = "dir_full"
-
-
-class DirOnNetwork(ConfigError):
-    cause = "dir_network"
-
-
 class VersionSkew(ConfigError):
     """Ranks, a joining job or an attached driver that run other versions than the cluster."""
 

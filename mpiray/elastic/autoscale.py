@@ -182,7 +182,3 @@ def cancel_siblings(registry: Registry, cluster: str, scheduler: str) -> list[st
     if jobs and scheduler in SYSTEMS:
         SYSTEMS[scheduler]().cancel(list(jobs.values()))
     return sorted(jobs.values())
-
-
-def config_text(path: str) -> str:
-    return json.dumps(load(Path(path), {}), indent=2)

@@ -264,10 +264,6 @@ class RankLog:
             self._provisional = list(self._pending) if provisional else None
             self._pending.clear()
 
-    @property
-    def is_open(self) -> bool:
-        return self._human is not None
-
     def event(self, name: str, /, **fields) -> dict:
         """Log one event; returns its record."""
         if name not in self.kinds:

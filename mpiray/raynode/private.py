@@ -42,10 +42,6 @@ class PrivateDir:
     def token_path(self) -> Path:
         return self.path / "auth_token"
 
-    @property
-    def owner_path(self) -> Path:
-        return self.path / OWNER_FILE
-
     @classmethod
     def create(cls, root: Path, label: str) -> PrivateDir:
         """root/mpiray-UID-LABEL-RANDOM, 0700, with ray/ in it; short, so Ray's socket paths fit 107 bytes."""

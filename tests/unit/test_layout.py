@@ -2,6 +2,7 @@
 and `import mpiray` stays cheap. Read from the source (ast), so a lazy import counts as much as any."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,37 @@ def test_no_function_of_the_package_is_over_60_lines():
             for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
     assert long == []
+
+
+def diagram_layers() -> list[tuple[str, set[str]]]:
+    """docs/architecture.md's layer diagram, top to bottom: (its label, the modules it names, as mpiray.x.y)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```mermaid\nflowchart TB\n", 1)[1].split("```", 1)[0]
+    drawn = []
+    for label in re.findall(r'^\s*\w+\["([^"]+)"\]', block, flags=re.MULTILINE):
+        title, _, names = label.partition(": ")
+        folder = title[:-1].replace("/", ".") + "." if title.endswith("/") else ""
+        entries = {re.sub(r"\s*\(.*\)$", "", entry).strip().removesuffix(".py").rstrip("/")
+                   for entry in names.split(", ")}
+        drawn.append((title, {f"mpiray.{folder}{entry}" for entry in entries}))
+    return drawn
+
+
+def test_the_architecture_diagram_names_every_module_in_its_layer():
+    """Each box of the page's diagram names the modules its layer holds, all of them, in LAYERS' order."""
+    drawn = diagram_layers()
+    assert len(drawn) == len(LAYERS)
+    for (title, named), (layer_name, _) in zip(drawn, reversed(LAYERS)):
+        real = {name for name, path in modules().items() if path.name not in ("__init__.py", "__main__.py")}
+        held = {name for name in real if layer(name) == [n for n, _ in LAYERS].index(layer_name)}
+        # a sub-package (logs/report/) is named once, for all its modules
+        packages = {name for name in named if (PACKAGE / name.removeprefix("mpiray.").replace(".", "/")).is_dir()}
+        held = packages | {name for name in held if not any(name.startswith(package + ".") for package in packages)}
+        assert named == held, (title, sorted(held - named), sorted(named - held))
+
+
+def test_the_architecture_page_lists_every_deferred_import():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [f"{name} -> {target}" for name, target in DEFERRED
+               if f"`{name.removeprefix('mpiray.')}` → `{target.removeprefix('mpiray.')}`" not in text]
+    assert missing == []
