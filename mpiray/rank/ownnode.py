@@ -38,7 +38,8 @@ from mpiray.raynode.raycompat import ray_version
 
 JOIN_ATTEMPTS = 3
 RESULTS_DIR = "results"  # beside the log root: the default trainer's storage path (train/storage.py)
-AUTOSCALER_UPDATE_S = 1  # seconds between Ray's autoscaler updates (the provider asks the scheduler at most every --scheduler-poll)
+# seconds between Ray's autoscaler updates (the provider asks the scheduler at most every --scheduler-poll)
+AUTOSCALER_UPDATE_S = 1
 
 
 def log_context(me: Rank, job_id: str = "") -> None:
