@@ -7,8 +7,8 @@ cannot read from it alone:
 - LEARNER_SLOT: the custom resource every node offers, one per GPU, else 1 (--learner-slots): ask one per learner
   (or per training worker) to put them one to a slot, so spread over the nodes;
 - job_log(prefix, kinds): an event log of the driver's own in the job's log dir, beside the ranks' (`mpiray logs`
-  reads it), of the event kinds the driver declares (event_kinds, with the levels INFO, WARNING, ERROR), or None
-  outside a job;
+  reads it), of the event kinds the driver declares (event_kinds, with the levels INFO, WARNING, ERROR, and for a
+  kind that explains the driver's failure, its cause and fix), or None outside a job;
 - private_local_ray(): a local Ray as safe as mpiray's cluster (a fresh token, a private 0700 temp dir) for a
   driver run with no cluster;
 - restart(): which start of a requeued or rerun job this is, as the batch system says it (None: the first);
@@ -28,7 +28,7 @@ from typing import Iterator, Mapping, MutableMapping
 
 from mpiray.batch import environment
 from mpiray.batch.environment import safe_job_id
-from mpiray.logs.events import ERROR, INFO, WARNING, Kind, RankLog, event_kinds
+from mpiray.logs.events import DECLARED, DECLARED_KIND, ERROR, INFO, WARNING, Kind, RankLog, declaration, event_kinds
 from mpiray.raynode import raycompat
 from mpiray.raynode.commands import LEARNER_SLOT
 from mpiray.raynode.private import PrivateDir
@@ -48,8 +48,9 @@ def job_log(prefix: str, kinds: Mapping[str, Kind], environ: Mapping[str, str] =
     job_dir = Path(log_dir) / safe_job_id(job_id) if log_dir and job_id else None
     if job_dir is None or not job_dir.is_dir():
         return None
-    log = RankLog(0, socket.gethostname(), kinds)
+    log = RankLog(0, socket.gethostname(), {**kinds, DECLARED: DECLARED_KIND})
     log.open(job_dir, prefix=prefix)
+    log.event(DECLARED, **declaration(kinds))
     return log
 
 

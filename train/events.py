@@ -1,7 +1,8 @@
 """The trainer's own events, where `mpiray logs` reads them: LOG_DIR/JOB/trainer-rank-0000.jsonl beside the
 ranks' logs, when it runs as the launcher's driver (MPIRAY_LOG_DIR and MPIRAY_JOB_ID name the job's dir);
 nowhere otherwise. Its kinds are declared here (KINDS), not in mpiray; programs read the events' names and
-fields, never the text (`mpiray logs` names the cause of a lost learner's node from learner_node_lost)."""
+fields, never the text; `mpiray logs` reads the kinds as the log declares them (a failed trainer's cause: a lost
+learner's node, from learner_node_lost)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ PREFIX = "trainer-"
 KINDS = driver.event_kinds(
     learners_placed=(driver.INFO, "trial {trial}: learners: {count} on {nodes} nodes: {addresses}"),
     learner_node_lost=(driver.ERROR, "trial {trial}: a learner's node was lost; RLlib does not restart learners, so "
-                                     "the trial failed after its last checkpoint: {error}"),
+                                     "the trial failed after its last checkpoint: {error}",
+                       ("a node that held an RLlib learner was lost: RLlib does not restart learners, so the training "
+                        "failed",
+                        "run the job again (requeue, qrerun, or the same command): the trainer continues from its last "
+                        "checkpoint; a node that fails often: see its rank's log and Ray's logs for why it went")),
 )
 _log: Optional[driver.JobLog] = None
 

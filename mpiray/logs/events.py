@@ -37,11 +37,26 @@ INFO, WARNING, ERROR = "info", "warning", "error"
 class Kind:
     level: str
     text: str  # str.format over the event's fields (and rank, host): the human log's line
+    # A driver's kind that explains why it failed: (what happened, the fix), which `mpiray logs` gives as the job's
+    # cause when the driver's exit code is not 0 (driver.job_log writes the declaration into the log).
+    cause: tuple[str, str] | None = None
 
 
-def event_kinds(**kinds: tuple[str, str]) -> dict[str, Kind]:
-    """A table of event kinds: name=(level, text). mpiray's is KINDS; a driver's log has its own (driver.job_log)."""
-    return {name: Kind(level, text) for name, (level, text) in kinds.items()}
+def event_kinds(**kinds: tuple[str, str] | tuple[str, str, tuple[str, str]]) -> dict[str, Kind]:
+    """A table of event kinds: name=(level, text) or (level, text, (cause, fix)). mpiray's is KINDS; a driver's log
+    has its own (driver.job_log)."""
+    return {name: Kind(*spec) for name, spec in kinds.items()}
+
+
+DECLARED = "kinds_declared"  # a driver's log's first event: the kinds it writes, as `mpiray logs` reads them
+DECLARED_KIND = Kind(INFO, "this log's event kinds: {names}")  # fields: names, kinds (name -> level, text, cause)
+
+
+def declaration(kinds: Mapping[str, Kind]) -> dict:
+    """The DECLARED event's fields for a table of kinds."""
+    return {"names": ", ".join(kinds), "kinds": {name: {"level": kind.level, "text": kind.text,
+                                                        "cause": list(kind.cause) if kind.cause else None}
+                                                 for name, kind in kinds.items()}}
 
 
 # Every event a rank writes, in the order a job meets them. Fields are named in the text, or listed

@@ -66,6 +66,9 @@ def test_every_event_is_documented_with_its_level():
 def test_every_failure_cause_has_its_section_in_troubleshooting():
     page = (DOCS / "troubleshooting.md").read_text()
     assert re.findall(r"^## `(\w+)`$", page, re.M) == list(CAUSES)
+    # the causes the trainer declares in its own log, after mpiray's
+    declared = [name for name, kind in trainer_events.KINDS.items() if kind.cause]
+    assert re.findall(r"^### `(\w+)` \(the trainer's\)$", page, re.M) == declared
 
 
 # The pages a user reads: every relative link in them must resolve, and every #anchor into a page must

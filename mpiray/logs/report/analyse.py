@@ -10,8 +10,9 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
+from mpiray.logs.events import DECLARED, ERROR, INFO
 from mpiray.logs.report import elastic
-from mpiray.logs.report.classify import CAUSES, classify
+from mpiray.logs.report.classify import classify
 from mpiray.logs.report.model import FoundCause, JobReport, Phase, RankEntry
 from mpiray.logs.report.parse import EPOCH, Peer, RankFacts, describe, rank_facts
 
@@ -22,11 +23,12 @@ SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
             ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
             joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
-            autoscaler: list[dict] | None = None, trainer: list[dict] | None = None) -> JobReport:
+            autoscaler: list[dict] | None = None, drivers: Mapping[str, list[dict]] | None = None) -> JobReport:
     """Every rank's events (rank -> (its human log's path, its records)) -> the job's report.
     ray_logs: rank -> the text of what its Ray wrote (classify.py reads it); joins: the jobs that joined this
-    cluster, job id -> their ranks' events; autoscaler, trainer: their events (the trainer's: where its
-    learners ran, a learner's node lost).
+    cluster, job id -> their ranks' events; autoscaler: its events; drivers: the driver's own event logs (driver.job_log:
+    its name -> its records), read by the kinds each declares (the trainer's: where its learners ran, a learner's
+    node lost).
 
     Ranks without a log are those up to rank 0's "rank 0 of N" (or the highest rank seen). changed:
     when the job dir last changed (local time, as the logs' stamps): a killed job's ranks lived at
@@ -38,7 +40,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     size = _size(facts, head)
     peers = head.peers if head else {}
     t0 = min((f.first for f in facts.values() if f.first is not None), default=None)
-    trainer = trainer or []
+    said = [event for name, records in sorted((drivers or {}).items()) for event in driver_events(name, records)]
 
     def rel(time: float | None) -> float | None:
         return None if time is None or t0 is None else round(time - t0, 3)
@@ -71,8 +73,8 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         unfinished=[entry.rank for entry in unfinished],
         job_dir_changed_s=changed_s,
         **_notices(facts, rel),
-        causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head, trainer),
-        learners=[record["fields"] for record in trainer if record["event"] == "learners_placed"],
+        causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head, said),
+        driver_events=[event for event in said if event["level"] != ERROR or event["cause"] is None],
         manifests={str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         **_elastic_report(logs, joins or {}, autoscaler or [], rel),
     )
@@ -125,13 +127,39 @@ def _exit_code(head: RankFacts | None, ranks: list[RankEntry]) -> int | None:
 
 def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
                 ray_logs: Callable[[int], str] | Mapping[int, str], exit_code: int | None, head: RankFacts | None,
-                trainer: list[dict]) -> list[FoundCause]:
-    """classify.py's causes; a failed driver whose trainer lost a learner's node failed of that."""
+                said: list[dict]) -> list[FoundCause]:
+    """classify.py's causes; a failed driver that logged an event of a kind it declares a cause failed of that."""
     causes = classify(ranks, facts, ray_logs, exit_code, head.driver_code if head else None)
-    lost = [record["fields"] for record in trainer if record["event"] == "learner_node_lost"]
-    if lost and exit_code not in (0, None):
-        causes = [learner_cause(lost)] + [c for c in causes if c.cause != "driver_failed"]
-    return causes
+    if exit_code in (0, None):
+        return causes
+    declared: dict[str, list[dict]] = {}
+    for event in said:
+        if event["cause"] is not None:
+            declared.setdefault(event["event"], []).append(event)
+    found = [FoundCause(kind, events[0]["cause"][0], events[0]["cause"][1], [0],
+                        [f"{event['driver']}: {event['text'][:200]}" for event in events[:3]])
+             for kind, events in declared.items()]
+    return found + [c for c in causes if not (found and c.cause == "driver_failed")]
+
+
+def driver_events(name: str, records: list[dict]) -> list[dict]:
+    """A driver's log's events as its own declaration (events.DECLARED) reads them: each with its level, its text
+    and the cause its kind explains (None: it explains none). A log that declares nothing is listed as written."""
+    kinds: dict[str, dict] = {}
+    out = []
+    for record in records:
+        if record["event"] == DECLARED:
+            kinds = dict(record["fields"].get("kinds") or {})
+            continue
+        kind, fields = kinds.get(record["event"], {}), record.get("fields", {})
+        try:
+            text = str(kind["text"]).format(**fields)
+        except (KeyError, IndexError, ValueError):
+            text = f"{record['event']} {fields}"
+        cause = kind.get("cause")
+        out.append({"driver": name, "event": record["event"], "level": record.get("level", INFO), "fields": fields,
+                    "text": text, "cause": tuple(cause) if cause else None})
+    return out
 
 
 def _notices(facts: Mapping[int, RankFacts], rel: Callable) -> dict:
@@ -161,13 +189,6 @@ def _elastic_report(logs: Mapping[int, tuple[str, list[dict]]], joins: Mapping[s
             [records for _, records in logs.values()] + [records for job in joins.values() for _, records in job.values()],
             rel) if joins or autoscaler else [],
     }
-
-
-def learner_cause(lost: list[dict]) -> FoundCause:
-    """The classifier's entry for the trainer's lost learner node(s)."""
-    known = CAUSES["learner_node_lost"]
-    return FoundCause("learner_node_lost", known.title, known.fix, [0],
-                      [f"trial {f.get('trial')}: {str(f.get('error', ''))[:200]}" for f in lost[:3]])
 
 
 def _natural(name: str) -> list:

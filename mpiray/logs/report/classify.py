@@ -116,10 +116,6 @@ CAUSES = {
         "does not answer",
         "`mpiray list` shows your running clusters; the joining job must see the same registry (MPIRAY_REGISTRY, "
         "on a file system both jobs see) and reach the head's host; a cluster that ended cannot be joined"),
-    "learner_node_lost": Cause(
-        "a node that held an RLlib learner was lost: RLlib does not restart learners, so the training failed",
-        "run the job again (requeue, qrerun, or the same command): the trainer continues from its last checkpoint; "
-        "a node that fails often: see its rank's log and Ray's logs for why it went"),
     "image_failed": Cause(
         "--container: the runtime or the image did not run on a host, or its Ray cannot run a safe cluster "
         "(the pre-flight's look into the image, before any node started)",

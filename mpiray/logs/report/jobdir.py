@@ -16,7 +16,9 @@ from mpiray.logs.report.parse import EPOCH
 RANK_EVENTS = re.compile(r"^rank-(\d+)\.jsonl$")
 JOIN_EVENTS = re.compile(r"^join-(.+)-rank-(\d+)\.jsonl$")  # a job that joined this cluster (--join)
 AUTOSCALER_EVENTS = "autoscaler-rank-0000.jsonl"
-TRAINER_EVENTS = "trainer-rank-0000.jsonl"  # the trainer's (python -m train as the driver)
+# A driver's own log (driver.job_log: PREFIX-rank-0000.jsonl; the trainer's is trainer-): any but mpiray's own.
+DRIVER_EVENTS = re.compile(r"^([a-z][\w.-]*?)-rank-0000\.jsonl$")
+NOT_DRIVERS = ("join", "autoscaler")
 TAIL_BYTES = 256 * 1024  # of each Ray log the classifier reads: the end is where a failure shows
 RAY_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 
@@ -87,9 +89,10 @@ def read_job(job_dir: Path) -> JobReport:
             joins.setdefault(match.group(1), {})[int(match.group(2))] = (str(path.with_suffix(".log")),
                                                                          read_events(path))
     autoscaler = read_events(job_dir / AUTOSCALER_EVENTS) if (job_dir / AUTOSCALER_EVENTS).exists() else []
-    trainer = read_events(job_dir / TRAINER_EVENTS) if (job_dir / TRAINER_EVENTS).exists() else []
+    drivers = {match.group(1): read_events(path) for path in _files(job_dir)
+               if (match := DRIVER_EVENTS.match(path.name)) and not match.group(1).startswith(NOT_DRIVERS)}
     # The dir's own mtime moves when a guard keeps a killed rank's Ray logs there (ray-rank-NNNN).
     changed = max([job_dir.stat().st_mtime] + [p.stat().st_mtime for p in _files(job_dir)])
     local = datetime.fromtimestamp(changed)  # the events' times are read as local time, as the human log shows
     return analyse(job_dir.name, str(job_dir), logs, (local - EPOCH).total_seconds(),
-                   lambda rank: ray_logs(job_dir, rank), joins, autoscaler, trainer)
+                   lambda rank: ray_logs(job_dir, rank), joins, autoscaler, drivers)

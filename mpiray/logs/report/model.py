@@ -86,7 +86,7 @@ class JobReport:
     warnings: list[dict[str, Any]]
     lost_nodes: list[dict[str, Any]]
     causes: list[FoundCause]
-    learners: list[dict[str, Any]]
+    driver_events: list[dict[str, Any]]  # what the driver's own logs said (analyse.driver_events), but its causes
     manifests: dict[str, dict[str, Any]]
     joined_jobs: list[dict[str, Any]]
     planned_joins: list[str]

@@ -39,7 +39,7 @@ def format_report(report: JobReport, never_limit: int = 20, manifest_limit: int 
 
 
 def _header(report: JobReport) -> list[str]:
-    """The job, its hosts and exit code; where its logs are; its batch job and learners."""
+    """The job, its hosts and exit code; where its logs are; its batch job; what the driver's own log said."""
     out = []
     hosts = report.hosts
     code = report.exit_code
@@ -58,9 +58,8 @@ def _header(report: JobReport) -> list[str]:
         walltime = f"walltime {batch['walltime']:g} s" if batch.get("walltime") else "no walltime"
         out.append(f"{batch.get('scheduler')} job {batch.get('job_id')}: select {batch.get('select')}, CPUs {cpus}, "
                    f"{walltime}, run {batch.get('run_count')}")
-    for placed in report.learners:
-        out.append(f"trial {placed.get('trial')}: learners: {placed.get('count')} on {placed.get('nodes')} nodes: "
-                   f"{placed.get('addresses')}")
+    for said in report.driver_events:
+        out.append(f"{said['driver']}: {said['text']}")
     return out
 
 

@@ -186,7 +186,7 @@ def test_warnings_and_errors_with_tracebacks_read_in_one_line():
 JSON_KEYS = {
     "report": {"autoscaler", "batch_job", "causes", "cluster", "driver", "driver_exit_code", "earlier_runs",
                "exit_code", "first_error", "hosts", "job_dir", "job_dir_changed_s", "job_id", "joined_jobs",
-               "learners", "lost_nodes", "manifests", "never_reported", "nodes_over_time", "phases", "planned_joins",
+               "driver_events", "lost_nodes", "manifests", "never_reported", "nodes_over_time", "phases", "planned_joins",
                "ranks", "started", "unfinished", "warnings"},
     "cluster": {"cause", "error", "error_s", "exit_code", "first_s", "has_log", "host", "ip", "job_error_s",
                 "join_attempts", "join_slot_s", "joined_s", "last_s", "last_step", "launched_s", "log",

@@ -76,7 +76,7 @@ def test_the_report_says_why_with_the_fix():
                        driver_exit_code=124, batch_job=None, earlier_runs=0, cluster=[], phases=[], first_error=None,
                        never_reported=[], unfinished=[], job_dir_changed_s=None, warnings=[], lost_nodes=[],
                        causes=classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, 124),
-                       learners=[], manifests={}, joined_jobs=[], planned_joins=[], autoscaler=[], nodes_over_time=[])
+                       driver_events=[], manifests={}, joined_jobs=[], planned_joins=[], autoscaler=[], nodes_over_time=[])
     text = render.format_report(report)
     assert "why it failed:\n  time_limit (rank 0): " + CAUSES["time_limit"].title in text
     assert "    fix: " + CAUSES["time_limit"].fix in text
