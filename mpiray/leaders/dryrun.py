@@ -1,4 +1,4 @@
-"""The leader step of `--dry-run`: the whole protocol ran, every rank's Ray node as planned (rank/ownnode.py's
+"""The leader step of `--dry-run`: the whole protocol ran, every rank's Ray node as planned (rank/plannednode.py's
 PlannedNode), and no driver runs: it says so and ends at once with 0."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from mpiray.rank.messages import (
     Session,
     versions,
 )
-from mpiray.rank.ownnode import log_context, start_node
+from mpiray.rank.ownnode import start_node
 from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
 from mpiray.rank.zero import RankZero
 from mpiray.raynode.commands import LOOPBACK, NodeSpec, head_ports
@@ -75,7 +75,7 @@ class Head(RankZero):
         me, config = self.me, self.me.config
         job_id = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
         me.log.open(config.log_dir / job_id)
-        log_context(me, job_id)
+        me.log_started(job_id)
         head_ip = network.head_address(config.interface, config.address_rule)
         if config.port and not network.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")

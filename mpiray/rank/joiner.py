@@ -22,7 +22,7 @@ from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
-from mpiray.rank.ownnode import log_context, start_node
+from mpiray.rank.ownnode import start_node
 from mpiray.rank.state import Lost, Rank
 from mpiray.rank.zero import RankZero
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
@@ -46,7 +46,7 @@ class Joiner(RankZero):
         session = Session(entry.job_id, entry.head_ip, entry.gcs_address, self.registry.token(entry.job_id),
                           me.started, log_dir=entry.log_dir, own_job_id=own_job)
         me.log.open(session.job_dir(config.log_dir), prefix=session.prefix)
-        log_context(me)
+        me.log_started()
         ours = versions(me.rank)
         if (entry.ray, entry.python) != (ours["ray"], ours["python"]):
             raise VersionSkew(f"cluster {entry.job_id} runs Ray {entry.ray} on Python {entry.python}, this job Ray "

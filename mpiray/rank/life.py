@@ -29,7 +29,8 @@ from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.head import DRAIN_NOTICE, Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
-from mpiray.rank.ownnode import NodeContext, PlannedNode, RealNode
+from mpiray.rank.ownnode import RealNode
+from mpiray.rank.plannednode import NodeContext, PlannedNode
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import (
     DRIVER_POLL,

@@ -3,6 +3,7 @@ of a role (Role; rank 0's is zero.RankZero) and of rank 0's leader step (Leader)
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
@@ -17,6 +18,7 @@ from mpiray.logs.events import RankLog
 from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode.gcs import NodeInfo
+from mpiray.raynode.raycompat import ray_version
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,10 +75,10 @@ class Comm(Protocol):
 
 class OwnNode(Protocol):
     """This rank's own Ray node over its whole life, one handle: chosen once per rank (life.setup) for real
-    (ownnode.RealNode, owning a raynode.node.RayNode) or as planned (ownnode.PlannedNode, --dry-run: logged,
+    (ownnode.RealNode, owning a raynode.node.RayNode) or as planned (plannednode.PlannedNode, --dry-run: logged,
     reported as if the GCS showed it, nothing of Ray run); an idle rank's (one Ray node per host) becomes
-    ownnode.NoNode at its host's split. The protocol and the teardown call the same methods of all three, none
-    of which takes the Rank: what a node needs it was built with (ownnode.NodeContext) or is given."""
+    plannednode.NoNode at its host's split. The protocol and the teardown call the same methods of all three, none
+    of which takes the Rank: what a node needs it was built with (plannednode.NodeContext) or is given."""
 
     runs_ray: bool  # False: none runs, so rank 0 has no cluster to publish, autoscale or wait for at the end
     @property
@@ -179,6 +181,12 @@ class Rank:
         if self.session is None:
             raise RuntimeError("no session yet: rank 0 has not sent it")
         return self.session
+
+    def log_started(self, job_id: str = "") -> None:
+        """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
+        self.log.event("rank_started", size=self.comm.size, launch=self.env.describe(), scheduler=self.env.scheduler,
+                       launcher=self.env.launcher, job_id=job_id or (self.current_session.job_id if self.session else ""),
+                       mpi=self.comm.library_version(), ray=ray_version(), python=sys.version.split()[0])
 
     def raise_if_stopped(self) -> None:
         """Between polls: a stop signal, or rank 0's word to stop, ends the wait; rank 0's sends move on."""

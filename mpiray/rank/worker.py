@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from mpiray.deadline import Deadline
+from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, StartupTimeout
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host
@@ -22,7 +22,7 @@ from mpiray.rank.messages import (
     Idle,
     resource_fields,
 )
-from mpiray.rank.ownnode import log_context, start_node, wait_for_head
+from mpiray.rank.ownnode import start_node
 from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
 
 
@@ -46,7 +46,7 @@ class Worker:
             raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
         me.session = session
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
-        log_context(me)
+        me.log_started()
         me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
         plan = split_host(me, session.ports_job_id)
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's
@@ -117,3 +117,18 @@ class Worker:
     def after_stopping_node(self, head_stops_last: bool) -> None:
         if head_stops_last:
             self.me.comm.send(None, 0, STOPPED)
+
+
+def wait_for_head(me: Rank) -> None:
+    """Until rank 0 gives this rank a join slot: the head is ALIVE, and few enough nodes are joining
+    (this rank's `ray start` failing, or rank 0 stopping the job, end the wait too)."""
+
+    def between() -> None:
+        me.own_node.check_running()
+        me.raise_if_stopped()
+
+    if poll_until(lambda: me.comm.poll(0, JOIN), Deadline.since(me.current_session.started, me.config.startup_timeout),
+                  STARTUP_POLL, between) is None:
+        raise StartupTimeout(f"rank 0 gave this rank no join slot within --startup-timeout "
+                             f"{me.config.startup_timeout:g} s (its head was not up, or the nodes before it took "
+                             f"that long to join)")

@@ -45,17 +45,18 @@ STACK_DUMP_WAIT = 0.5
 class RayNode:
     """This rank's Ray node: prepare() -> start() -> release() -> wait_alive() -> ... -> stop() -> close()."""
 
-    def __init__(self, private: PrivateDir, guard: processes.Guard, output_path: Path, kept_logs: Path):
+    def __init__(self, private: PrivateDir, guard: processes.Guard, output_path: Path, kept_logs: Path,
+                 token_path: Path | None = None, swept: Sequence[Path] = ()):
         self.private = private
         self.guard = guard
         self.output_path = output_path
         self.kept_logs = kept_logs
-        self.token_path: Path | None = None
+        self.token_path = token_path  # the cluster's token, in the private dir (None: --no-auth)
         self.proc: subprocess.Popen | None = None
         self.output: NodeOutput | None = None
         self.alive = False  # seen ALIVE in the GCS
         self.kept: Path | None = None  # where close() kept Ray's logs
-        self.swept: list[Path] = []  # stale private dirs of killed ranks, removed by prepare()
+        self.swept = list(swept)  # stale private dirs of killed ranks, removed by prepare()
         self.spec: NodeSpec | None = None  # what start() was asked to start
         self.times: dict[str, float] = {}  # time.time() of each start-up phase: started, released, alive, settled
         self.described = False  # its manifest was logged
@@ -71,15 +72,13 @@ class RayNode:
         swept = remove_stale(temp_root)
         private = PrivateDir.create(temp_root, label)
         try:
-            node = cls(private, processes.Guard(private.path, kept_logs), output_path, kept_logs)
-            private._write(GUARD_FILE, f"{node.guard.proc.pid} {start_time(node.guard.proc.pid)}\n")
+            guard = processes.Guard(private.path, kept_logs)
+            private._write(GUARD_FILE, f"{guard.proc.pid} {start_time(guard.proc.pid)}\n")
+            token_path = private.write_token(token) if token else None
         except BaseException:
             shutil.rmtree(private.path, ignore_errors=True)
             raise
-        if token:
-            node.token_path = private.write_token(token)
-        node.swept = swept
-        return node
+        return cls(private, guard, output_path, kept_logs, token_path, swept)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -104,9 +103,20 @@ class RayNode:
             raise RuntimeError("this Ray node's `ray start` was not started")
         return self.output
 
-    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec: NodeSpec | None = None) -> None:
+    def start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int] = (), spec: NodeSpec | None = None,
+              *, spill_dir: Path | None = None, container: tuple[list[str], Path | None] | None = None) -> None:
         """Run starter.py, which imports Ray's CLI now and runs `ray start` once released; all
-        of the node's processes on the CPUs in affinity, if given. spec: the NodeSpec argv was made of."""
+        of the node's processes on the CPUs in affinity, if given. spec: the NodeSpec argv was made of; spill_dir:
+        the job's on this host, which the guard empties of this node's objects if the rank dies; container: argv
+        runs in one (the command that removes it by name, [] for none; where its monitor writes its PID)."""
+        if spill_dir is not None:
+            self.spill_dir = spill_dir
+            self.guard.spill_dir(spill_dir, None)
+        if container is not None:
+            self.remove_container, self.container_monitor = list(container[0]), container[1]
+        self._start(argv, env, affinity, spec)
+
+    def _start(self, argv: Sequence[str], env: dict[str, str], affinity: Sequence[int], spec: NodeSpec | None) -> None:
         self._argv, self._env, self._affinity, self.spec = list(argv), dict(env), tuple(affinity), spec
         self.times["started"] = time.time()
         try:
@@ -125,7 +135,7 @@ class RayNode:
     def restart(self, grace: float) -> None:
         """After a failed start: stop what is left of it, start `ray start` again and let it go."""
         self.stop(grace)
-        self.start(self._argv, self._env, self._affinity, self.spec)
+        self._start(self._argv, self._env, self._affinity, self.spec)
         self.release()
 
     def release(self) -> None:
@@ -174,7 +184,16 @@ class RayNode:
             )
         self.alive = True
         self.times["alive"] = time.time()
-        return NodeInfo(**record)
+        info = NodeInfo(**record)
+        self.node_id = info.node_id  # its spilled objects' dir is named by it (spill.py)
+        if self.spill_dir is not None:
+            self.guard.spill_dir(self.spill_dir, info.node_id)
+        return info
+
+    def first_description(self) -> bool:
+        """Whether its manifest is yet to be logged: True once, then False."""
+        first, self.described = not self.described, True
+        return first
 
     def _dump_stacks(self) -> None:
         """Ask starter.py (only that process: Ray's own would die of SIGUSR1) to print its threads' stacks."""

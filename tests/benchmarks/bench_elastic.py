@@ -30,7 +30,7 @@ from pathlib import Path
 from mpiray.batch import jobs, slurm
 from mpiray.elastic.provider import SCHEDULER_POLL_S
 from mpiray.elastic.registry import Registry
-from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S
+from mpiray.rank.nodeplan import AUTOSCALER_UPDATE_S
 
 from elastic_measures import DEMAND, interleave, node_alive_time, row, table
 from harness import write_report

@@ -29,7 +29,7 @@ from pathlib import Path
 from mpiray.batch import jobs
 from mpiray.batch.pbs import pbs_script
 from mpiray.logs.events import read_events
-from mpiray.rank.ownnode import AUTOSCALER_UPDATE_S
+from mpiray.rank.nodeplan import AUTOSCALER_UPDATE_S
 
 from elastic_measures import DEMAND, interleave, node_alive_time, row, series, table
 from harness import write_report

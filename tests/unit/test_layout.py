@@ -186,3 +186,54 @@ def test_the_architecture_page_lists_every_deferred_import():
     missing = [f"{name} -> {target}" for name, target in DEFERRED
                if f"`{name.removeprefix('mpiray.')}` → `{target.removeprefix('mpiray.')}`" not in text]
     assert missing == []
+
+
+# Writes of another object's attributes that remain (issue #52 shrinks this list; a new one fails the test below):
+# the Rank's fields its roles fill in turn, the log report's builders, init()'s exit watch, Ray's own two patches.
+STILL_WRITTEN = {
+    "mpiray.elastic.registry": {"entry.heartbeat"},
+    "mpiray.leaders.script": {"builtins.SystemExit", "sys.excepthook", "sys.exit", "self.signals.raising",
+                              "self.signals.pending", "self.signals.exit_type", "watch.uncaught", "watch.last"},
+    "mpiray.logs.report.analyse": {"entry.logged_until_s", "entry.cause", "entry.error_s", "entry.error",
+                                   "entry.status"},
+    "mpiray.logs.report.parse": {f"facts.{name}" for name in (
+        "pid", "host", "last", "first", "last_event", "size", "launch", "launched", "resources", "ip", "joined",
+        "stopped_count", "stopped", "sigkilled", "stopped_seconds", "pids", "mpi_ready", "signal")},
+    "mpiray.rank.head": {"me.session"},
+    "mpiray.rank.hostsplit": {"me.port_block"},
+    "mpiray.rank.joiner": {"me.session", "self.joined.heartbeat"},
+    "mpiray.rank.life": {"log.rank", "me.hosts"},
+    "mpiray.rank.teardown": {"me.all_met"},
+    "mpiray.rank.worker": {"me.session", "me.own_node"},
+    "mpiray.raynode.raycompat": {"utils.internal_kv_get_with_retry"},
+    "mpiray.raynode.starter": {"sys.argv"},
+}
+
+
+def outside_writes(path: Path) -> set[str]:
+    """`x.attr = ...` (and +=, annotated, in tuples) where x is not self or cls: another object's attribute."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign):
+            stack = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            stack = [node.target]
+        else:
+            continue
+        while stack:
+            target = stack.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                stack.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                stack.append(target.value)
+            elif isinstance(target, ast.Attribute) and not (
+                    isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")):
+                found.add(ast.unparse(target))
+    return found
+
+
+def test_no_module_writes_another_objects_attributes_beyond_the_known_ones():
+    """A class keeps its own invariants: its attributes change through its methods (rank/ownnode.py writes none of
+    RayNode's). The writes still made elsewhere are listed; a new one, or one gone from the code, fails."""
+    writes = {name: found for name, path in modules().items() if (found := outside_writes(path))}
+    assert writes == STILL_WRITTEN
