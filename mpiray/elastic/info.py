@@ -23,7 +23,7 @@ FILE_NAME = "cluster_info.json"
 LOCAL_PORT = 8265  # Ray's own dashboard port, on the user's machine (mpiray dashboard's default)
 INFO_KEYS = ("job_id", "host", "head_ip", "gcs_address", "ray", "python", "scheduler", "ends_at", "dashboard_url",
              "jobs_url", "ray_client", "token_path", "tunnel", "submit", "nodes")
-NODE_KEYS = ("rank", "host", "ip", "node_id", "cpus", "gpus")
+NODE_KEYS = ("rank", "host", "ip", "node_id", "cpus", "gpus", "labels")
 
 
 def build(entry: Entry, nodes: Sequence, token_path: Path | None) -> dict:
@@ -39,7 +39,8 @@ def build(entry: Entry, nodes: Sequence, token_path: Path | None) -> dict:
         "token_path": str(token_path) if token_path is not None else None, "tunnel": tunnel,
         "submit": f"mpiray submit {entry.job_id} -- python driver.py" if url is not None else None,
         "nodes": [{"rank": node.rank, "host": node.host, "ip": node.node_ip, "node_id": node.node_id,
-                   "cpus": node.resources.get("CPU", 0), "gpus": node.resources.get("GPU", 0)} for node in nodes],
+                   "cpus": node.resources.get("CPU", 0), "gpus": node.resources.get("GPU", 0),
+                   "labels": dict(node.labels)} for node in nodes],
     }
     assert tuple(info) == INFO_KEYS
     return info

@@ -117,6 +117,7 @@ class Report:
     metrics_port: int = 0  # where its node exports Ray's metrics for Prometheus (0: it exports none)
     exit_code: int = 0  # with error: the code the whole job ends with
     cause: str = ""  # with error: what kind of failure (errors.LaunchError.cause)
+    labels: dict = field(default_factory=dict)  # its Ray node's labels (raynode/labels.py), as `ray start` got them
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from mpiray.rank import nodeplan, preflight
 from mpiray.rank.messages import Session
 from mpiray.rank.plannednode import NodeContext, NoNode
 from mpiray.rank.state import RAY_STOP_GRACE, Rank
-from mpiray.raynode import commands, raycompat, spill
+from mpiray.raynode import commands, labels, raycompat, spill
 from mpiray.raynode import container as containers
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import RayNode
@@ -196,6 +196,7 @@ class RealNode:
             object_store=spec.share.object_store,
             shm={"free_mib": view.shm >> 20, "total_mib": view.shm_total >> 20},
             phases={name: round(at - session.started, 3) for name, at in node.times.items()},
+            labels=labels.from_text(spec.labels),
         )
 
     def settle(self) -> None:

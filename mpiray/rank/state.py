@@ -17,6 +17,7 @@ from mpiray.host.network import PortBlock
 from mpiray.logs.events import RankLog
 from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
 from mpiray.rank.signals import StopRequest
+from mpiray.raynode import labels
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.raycompat import ray_version
 
@@ -221,6 +222,7 @@ class Rank:
             metrics_port=self.metrics_port() if node else 0,
             exit_code=exit_code,
             cause=cause,
+            labels=labels.from_text(spec.labels) if node and (spec := self.own_node.spec) is not None else {},
         )
 
 

@@ -60,6 +60,11 @@ def check_value(value: str, what: str) -> str:
     return value
 
 
+def from_text(text: str) -> dict[str, str]:
+    """text()'s form back to the labels (values never hold ',' or '=': fitted)."""
+    return dict(pair.split("=", 1) for pair in text.split(",") if pair)
+
+
 def text(labels: Mapping[str, str]) -> str:
     """Ray's `--labels` form: `k=v,k=v`, sorted by key."""
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

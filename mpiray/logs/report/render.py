@@ -198,6 +198,8 @@ def _manifests(manifests: dict, limit: int) -> list[str]:
         out.append(f"  rank {rank}: {m.get('ip')} ({m.get('interface')}), Ray {m.get('ray')}, Python {m.get('python')}, "
                    f"mpi4py {m.get('mpi4py')}, token {m.get('token')}")
         out.append(f"    listening: {ports or 'none seen'}")
+        if m.get("labels"):
+            out.append("    labels: " + ", ".join(f"{key}={value}" for key, value in m["labels"].items()))
         collectives = ", ".join(f"{name}={value}" for name, value in m.get("collectives", {}).items())
         if collectives:
             out.append(f"    collectives' network: {collectives}")

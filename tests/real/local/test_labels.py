@@ -4,7 +4,9 @@ tests/unit/raynode/test_labels.py."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import sys
 
 from mpiray.raynode.labels import fitted
@@ -39,6 +41,15 @@ def test_every_node_carries_its_labels_and_a_task_and_an_actor_land_where_their_
                         "mpiray.io/host": fitted(socket.gethostname()), "mpiray.io/rank": str(rank),
                         "mpiray.io/role": "rollout", "team": "rl"}, labels
     assert (found["task"], found["actor"]) == ("1", "0")
+    # What Ray holds is what the job's files say: cluster_info.json, each node's manifest, `mpiray logs`.
+    info = json.loads((job.job_dir / "cluster_info.json").read_text())
+    by_rank = {int(labels["mpiray.io/rank"]): labels for labels in found["nodes"]}
+    for node in info["nodes"]:
+        ray_labels = {k: v for k, v in by_rank[node["rank"]].items() if not k.startswith("ray.io/")}
+        assert node["labels"] == ray_labels == job.event(node["rank"], "node_manifest")["labels"]
+    shown = subprocess.run([sys.executable, "-m", "mpiray", "logs", str(job.job_dir)], capture_output=True, text=True,
+                           timeout=60)
+    assert "    labels: mpiray.io/batch-job=" in shown.stdout and "team=rl" in shown.stdout, shown.stdout[-3000:]
     assert_nothing_left(job)
 
 

@@ -74,12 +74,14 @@ def test_the_listing_shows_rays_status_words_oldest_first():
 
 def test_cluster_info_names_the_way_in_and_no_secret(tmp_path):
     nodes = [Report(rank=0, host="n1", log="l0", node_ip="10.0.0.7", node_id="aa", resources={"CPU": 4.0}),
-             Report(rank=1, host="n2", log="l1", node_ip="10.0.0.8", node_id="bb", resources={"CPU": 4.0, "GPU": 1.0})]
+             Report(rank=1, host="n2", log="l1", node_ip="10.0.0.8", node_id="bb", resources={"CPU": 4.0, "GPU": 1.0},
+                    labels={"mpiray.io/role": "rollout"})]
     built = info.build(entry(), nodes, tmp_path / "4711.token")
     assert tuple(built) == info.INFO_KEYS
     assert built["jobs_url"] == "http://10.0.0.7:25299" and built["ray_client"] == "ray://10.0.0.7:25298"
     assert built["tunnel"] == "ssh -N -L 8265:10.0.0.7:25299 x1000c0s1b0n0"
     assert [(n["ip"], n["gpus"]) for n in built["nodes"]] == [("10.0.0.7", 0), ("10.0.0.8", 1.0)]
+    assert [n["labels"] for n in built["nodes"]] == [{}, {"mpiray.io/role": "rollout"}]  # Ray selects by them
     assert built["token_path"] == str(tmp_path / "4711.token") and "s3cret" not in str(built)
     without = info.build(entry(dashboard_port=None, client_port=None), nodes, None)
     assert without["jobs_url"] is None and without["tunnel"] is None and without["submit"] is None
