@@ -162,17 +162,33 @@ def lose_the_head(tmp_path: Path, mode: str, line: str, *extra: str, then=lambda
     return out, err, job_dir, time.monotonic() - killed, proc.returncode
 
 
-def test_losing_the_head_ends_every_rank_with_a_clear_message(tmp_path, pace):
+def test_losing_the_head_ends_every_rank_with_1_and_a_clear_message(tmp_path, pace):
+    """The script then submits the first task of a new remote function, whose export waits for the gone GCS inside
+    Ray's C++ client: exit code 1 on every rank all the same, as the README promises (not rank 0 SIGKILLed, 9)."""
     marker = tmp_path / "go"
-    # the script then calls Ray, which waits for a GCS that is gone
     out, err, job_dir, took, code = lose_the_head(tmp_path, "wait-then-ray", "WAITING", str(marker), then=marker.touch)
     print(f"head's GCS killed -> every rank ended: {took:.1f} s")
-    assert code not in (0, None), err[-3000:]
+    assert code == 1, err[-3000:]
     # The stop grace (30 s by default) and a teardown at this machine's pace; Ray's own core worker would take 60 s.
     assert took < STOP_GRACE_S + pace.deadline(), took
     assert "RAY ANSWERED" not in out
     assert last_event(job_dir, 0, "head_lost")["cause"] == "head_lost"
     assert "the head's Ray node exited" in err  # said at once, on stderr
+    assert_every_rank_ended_with(job_dir, 2, 1)
+
+
+def test_losing_the_head_while_the_script_waits_in_rays_cpp_client_ends_every_rank_with_1(tmp_path, pace):
+    """The head's GCS killed just before the script submits the first task of a remote function: its export waits
+    for the GCS inside Ray's C++ client, past the stop grace (5 s here). The agent ends the process without the
+    script: exit code 1 on every rank, not rank 0 SIGKILLed (9)."""
+    marker = tmp_path / "go"
+    out, err, job_dir, took, code = lose_the_head(tmp_path, "new-remote-after-loss", "WAITING", str(marker),
+                                                  then=marker.touch)
+    print(f"head's GCS killed -> every rank ended: {took:.1f} s")
+    assert code == 1, err[-3000:]
+    assert last_event(job_dir, 0, "script_stuck")["grace"] == 5  # it was stuck, and ended without it
+    assert "RAY ANSWERED" not in out
+    assert took < 5 + pace.deadline(), took
     assert_every_rank_ended_with(job_dir, 2, 1)
 
 
