@@ -141,7 +141,7 @@ class GcsOverloaded(NodeStartFailed):
 class WorkerFailed(LaunchError):
     """A worker reported a failure: the job ends with its code and cause (a relay: they are the worker's)."""
 
-    def __init__(self, rank: int, host: str, error: str, log: str, exit_code: int, cause: str):
+    def __init__(self, rank: int, host: str, error: str, log: str, *, exit_code: int, cause: str):
         super().__init__(f"rank {rank} on {host} failed: {error} (log: {log})", exit_code or 1, cause)
         self.fields = {"peer": rank, "peer_host": host, "message": error, "log": log, "cause": cause}
 

@@ -276,7 +276,7 @@ def _dash_values_joined(argv: list[str]) -> list[str]:
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, with_driver: bool = True,
-               prog: str = "mpiray run", keywords: Mapping[str, Any] | None = None) -> Config:
+               prog: str = "mpiray run", *, keywords: Mapping[str, Any] | None = None) -> Config:
     """argv (without the program name) -> Config. Raises ConfigError (exit code 2) on bad input.
 
     with_driver=False: the library's (the driver is the calling script), so nothing after '--'.

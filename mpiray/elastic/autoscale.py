@@ -71,7 +71,7 @@ class Autoscale:
     """The head job's autoscaler: made before the head starts (its config), told the job's own nodes, and
     asked at the end to cancel every worker job it still has."""
 
-    def __init__(self, config: Config, scheduler: str, own_nodes: int, job_id: str, job_dir: Path, log: RankLog):
+    def __init__(self, config: Config, scheduler: str, own_nodes: int, job_id: str, *, job_dir: Path, log: RankLog):
         """config: the head job's; scheduler: the batch system it runs under (environment.Environment's);
         own_nodes: the head job's own Ray nodes (one per rank, or one per host with --ray-node-per host), which
         --autoscale MIN:MAX counts too; job_dir: its logs, where the worker jobs write theirs."""

@@ -22,7 +22,7 @@ from mpiray.errors import LaunchError
 LOCAL_PORT = 8265  # Ray's own dashboard port, on the user's machine
 
 
-def tunnel(entry: Entry, token_path: Path | None, login: str, user: str, local_port: int = LOCAL_PORT) -> str:
+def tunnel(entry: Entry, token_path: Path | None, login: str, user: str, *, local_port: int = LOCAL_PORT) -> str:
     """What to run and open, as lines (pure, for the tests)."""
     forward = f"-L {local_port}:{entry.dashboard_host}:{entry.dashboard_port}"
     here, yours = f"from {login} (here):", "from your machine:"
@@ -64,5 +64,5 @@ def main(argv: Sequence[str]) -> int:
               f"MPIRAY_DASHBOARD=1)", file=sys.stderr)
         return 2
     token = registry.token_path(args.job)
-    print(tunnel(entry, token if token.exists() else None, socket.gethostname(), getpass.getuser(), args.local_port))
+    print(tunnel(entry, token if token.exists() else None, socket.gethostname(), getpass.getuser(), local_port=args.local_port))
     return 0

@@ -102,7 +102,7 @@ def on_labels(pairs: Sequence[str]) -> dict[str, str]:
     return selector
 
 
-def submit(job_id: str, command: list[str], registry: Registry, address: str | None, wait: bool,
+def submit(job_id: str, command: list[str], registry: Registry, address: str | None, *, wait: bool,
            working_dir: str | None, on: dict[str, str] | None = None) -> int:
     jobs = client(job_id, registry, address)
     runtime_env = {"working_dir": working_dir} if working_dir else None
@@ -159,8 +159,8 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if not command:
         parser.error("give the driver command after '--', e.g. mpiray submit 1234 -- python driver.py")
-    return _run("submit", lambda: submit(args.job, command, Registry(args.registry), args.address, args.wait,
-                                         args.working_dir, on_labels(args.on)))
+    return _run("submit", lambda: submit(args.job, command, Registry(args.registry), args.address, wait=args.wait,
+                                         working_dir=args.working_dir, on=on_labels(args.on)))
 
 
 def jobs_main(argv: Sequence[str]) -> int:

@@ -220,7 +220,7 @@ def _ranges(cpus: tuple[int, ...]) -> str:
 MIN_OBJECT_STORE = 75 * 2**20  # Ray refuses smaller object stores (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
 
 
-def fit_own_shm(share: Share, shm_free: int, shm_total: int, view: HostView, where: str) -> Share:
+def fit_own_shm(share: Share, shm_free: int, shm_total: int, view: HostView, *, where: str) -> Share:
     """A share whose node sees a /dev/shm of its own (a container's --shm-size, not the host's): its object
     store fitted to that one, with a note. Raises ValueError where even Ray's smallest store does not fit."""
     if shm_total == view.shm_total or not shm_total:  # the host's own /dev/shm (the runtimes' default here)

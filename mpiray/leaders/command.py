@@ -71,7 +71,7 @@ class CommandLeader:
         self.monitor = box.monitor_pidfile(private, self.container)
         if box.named and self.me is not None:  # if rank 0 dies: its guard removes it
             self.me.own_node.remove_container_on_death(box.remove_command(self.container), self.monitor)
-        return box.command(command, in_image(private, None, cluster.log_dir), env, self.container, self.monitor)
+        return box.command(command, in_image(private, None, cluster.log_dir), env, self.container, monitor_pidfile=self.monitor)
 
     def poll(self, timeout: float) -> int | None:
         assert self.proc is not None and self.me is not None, "poll() before start()"

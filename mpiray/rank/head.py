@@ -93,7 +93,7 @@ class Head(RankZero):
             from mpiray.elastic.autoscale import Autoscale  # an elastic cluster's alone: off every rank's start
 
             self.autoscale = Autoscale(config, me.env.scheduler, own_node_count(config, me.comm.size, me.hosts), job_id,
-                                       me.current_session.job_dir(config.log_dir), me.log)
+                                       job_dir=me.current_session.job_dir(config.log_dir), log=me.log)
             autoscaling = self.autoscale.write_config(share)
         start_node(me, share, ports, head=True, autoscaling_config=autoscaling)
         self.gather_hellos()  # before the head's `ray start` goes (its starter has loaded Ray by then)
@@ -130,8 +130,8 @@ class Head(RankZero):
         image = preflight.image_facts(me) if me.config.container else None  # what `mpiray attach` must match
         if image is not None:
             ours = {"ray": image.ray, "python": image.python}
-        return registry_entry(me.config, cluster, me.own_node.spec, me.host, me.started, me.env.scheduler,
-                              self.batch_job.ends_at, ours)
+        return registry_entry(me.config, cluster, me.own_node.spec, me.host, started=me.started, scheduler=me.env.scheduler,
+                              ends_at=self.batch_job.ends_at, ours=ours)
 
     def drain(self, seconds: float, why: str) -> bool:
         """The workers' nodes drained through Ray (raynode/drain.py: reason preemption, the deadline in `seconds`),
@@ -218,7 +218,7 @@ class Head(RankZero):
             me.log.event("stop_late", ranks=sorted(self.node_ranks - stopped))
 
 
-def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host: str, started: float, scheduler: str,
+def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host: str, *, started: float, scheduler: str,
                    ends_at: float | None, ours: dict[str, str]) -> Entry:
     """What the registry says of a cluster: how to reach it (GCS, dashboard, Ray Client: spec, the head node's;
     None where it has none), what it runs (ours: the ray and python versions), until when, and how big it is;

@@ -55,7 +55,7 @@ class Limit(NamedTuple):
 
 
 def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: StopRequest | None = None,
-        process_ends: bool = True, log: RankLog | None = None) -> int:
+        *, process_ends: bool = True, log: RankLog | None = None) -> int:
     """This rank's whole job; every rank returns the same exit code.
 
     leader: rank 0's step (unused elsewhere). comm: the communicator (default: MPI's world, whose

@@ -181,7 +181,7 @@ def describe_resources(resources: dict) -> str:
     return "{cpus:g} CPUs, {gpus:g} GPUs, {memory_gib:.1f} GiB".format(**resource_fields(resources))
 
 
-def print_summary(job_id: str, gcs_address: str, launch: str, ready: float, reports: list[Report]) -> None:
+def print_summary(job_id: str, gcs_address: str, launch: str, ready: float, *, reports: list[Report]) -> None:
     """The cluster table on rank 0's stdout: one line per rank."""
     nodes = [r for r in reports if r.node_id]
     print(

@@ -112,7 +112,7 @@ class RealNode:
             binds = in_image(node.private.path, spill_dir, session.job_dir(config.log_dir))
             env["PYTHONPATH"] = str(node.private.path / containers.CODE_DIR)
             monitor = box.monitor_pidfile(node.private.path, name)
-            argv = box.command(argv, binds, env, name, monitor)
+            argv = box.command(argv, binds, env, name, monitor_pidfile=monitor)
             container = (box.remove_command(name) if box.named else [], monitor)
             log.event("container", reference=box.reference, name=name, binds=[bind.spec for bind in binds])
         node.start(argv, env, spec.share.affinity, spec, spill_dir=spill_dir, container=container)
@@ -262,7 +262,7 @@ def in_image(private: Path, spill_dir: Path | None, job_dir: Path) -> list[conta
 
 
 def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
-               autoscaling_config: str = "") -> commands.NodeSpec:
+               *, autoscaling_config: str = "") -> commands.NodeSpec:
     """Prepare this rank's Ray node and start its `ray start` (nodeplan.plan), held until me.own_node.up() (or,
     planned, say what would run).
 
@@ -275,11 +275,11 @@ def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
         raise ImageFailed(f"on {me.host}: {preflight.image_problem(me)}")
     if image is not None:  # a /dev/shm of the container's own: the store fits it, or the job stops (never slow)
         try:
-            share = resources.fit_own_shm(share, *image.shm, me.view, f"the image on {me.host}")
+            share = resources.fit_own_shm(share, *image.shm, me.view, where=f"the image on {me.host}")
         except ValueError as error:
             raise ImageFailed(str(error)) from None
     where = nodeplan.Where(me.host, me.rank, me.env.partition, me.env.switch)
-    planned = nodeplan.plan(config, session, where, share, ports, head=head, node_ip=node_ip, ray_dir=ray_dir,
+    planned = nodeplan.plan(config, session, where, share, ports=ports, head=head, node_ip=node_ip, ray_dir=ray_dir,
                             image=image, autoscaling_config=autoscaling_config,
                             dashboard_checks_token=head and image is None and raycompat.dashboard_checks_token())
     for note in share.notes:

@@ -100,7 +100,7 @@ class RankZero:
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         session = me.current_session
-        print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports)
+        print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports=reports)
         if me.own_node.runs_ray:  # a planned cluster (--dry-run) has nothing to wait for, read or publish
             self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
             # After the start, off its critical path: a qstat under PBS.
@@ -162,8 +162,8 @@ class RankZero:
                 self.settled_ranks.add(source)
             elif tag == REPORT:
                 if payload.error:
-                    raise WorkerFailed(payload.rank, payload.host, payload.error, payload.log, payload.exit_code,
-                                       payload.cause)
+                    raise WorkerFailed(payload.rank, payload.host, payload.error, payload.log, exit_code=payload.exit_code,
+                                       cause=payload.cause)
                 reports[source] = payload
                 if payload.node_id:
                     me.log.event("worker_joined", peer=source, peer_host=payload.host, ip=payload.node_ip,

@@ -206,7 +206,7 @@ def gpu_env(vendor: str, ids: tuple[str, ...], intel_variable: str = "ZE_AFFINIT
 
 def node_env(
     environ: dict[str, str], gpu_ids: tuple[str, ...] | None, token_path: str | None,
-    dashboard_metrics_port: int | None = None, private_tmp: str | None = None,
+    dashboard_metrics_port: int | None = None, *, private_tmp: str | None = None,
     gpu_variables: dict[str, str | None] | None = None,
 ) -> dict[str, str]:
     """The environment of a `ray start` child, or of the driver (gpu_ids None: GPUs untouched).

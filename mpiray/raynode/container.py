@@ -80,7 +80,7 @@ class Container:
         return private / f"{name}.conmon.pid" if self.named else None
 
     def command(self, argv: Sequence[str], binds: Sequence[Bind], env: Mapping[str, str], name: str,
-                monitor_pidfile: Path | None = None) -> list[str]:
+                *, monitor_pidfile: Path | None = None) -> list[str]:
         """argv run inside the image: binds, env the environment argv is started with (podman and enroot are
         told its forwarded names), name the container's (podman's --name), monitor_pidfile podman's conmon's."""
         mounts = [bind.spec for bind in binds]

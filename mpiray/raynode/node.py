@@ -46,7 +46,7 @@ class RayNode:
     """This rank's Ray node: prepare() -> start() -> release() -> wait_alive() -> ... -> stop() -> close()."""
 
     def __init__(self, private: PrivateDir, guard: processes.Guard, output_path: Path, kept_logs: Path,
-                 token_path: Path | None = None, swept: Sequence[Path] = ()):
+                 *, token_path: Path | None = None, swept: Sequence[Path] = ()):
         self.private = private
         self.guard = guard
         self.output_path = output_path
@@ -66,7 +66,7 @@ class RayNode:
         self.container_monitor: Path | None = None  # where that container's monitor wrote its PID
 
     @classmethod
-    def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, token: str | None) -> RayNode:
+    def prepare(cls, temp_root: Path, label: str, output_path: Path, kept_logs: Path, *, token: str | None) -> RayNode:
         """The private dir (with the token) and its guard, before anything of Ray's runs; first,
         the dirs of this user's ranks that were killed before they could remove theirs."""
         swept = remove_stale(temp_root)
@@ -78,7 +78,7 @@ class RayNode:
         except BaseException:
             shutil.rmtree(private.path, ignore_errors=True)
             raise
-        return cls(private, guard, output_path, kept_logs, token_path, swept)
+        return cls(private, guard, output_path, kept_logs, token_path=token_path, swept=swept)
 
     @property
     def environment(self) -> dict[str, str]:

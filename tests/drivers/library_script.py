@@ -6,8 +6,9 @@ exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.c
 time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, with SIGTERM blocked in
 the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
 calls Ray), new-remote-after-loss (init(stop_grace=5), then as wait-then-ray with the first task of a remote
-function defined before, whose export waits for the GCS in Ray's C++ client), blocked-in-ray (blocked in ray.get(timeout=60) of a task that sleeps 60 s), blocked-in-c (sleeps
-60 s with SIGTERM blocked in the main thread, as C code that never returns to Python), finalize-pause
+function defined before, whose export waits for the GCS in Ray's C++ client), blocked-in-ray (blocked in
+ray.get(timeout=60) of a task that sleeps 60 s), blocked-in-c (sleeps 60 s with SIGTERM blocked in the main
+thread, as C code that never returns to Python), finalize-pause
 (exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs), port-in-use
 (init(exit=False, port=P) with P held by this script: rank 0 cannot start the head; prints `REFUSED {json}`).
 Every rank prints `RANK r: ...` lines; rank 0 prints `CONNECTED {json}` once connected.

@@ -133,7 +133,7 @@ TIMEOUT_RANK0 = [rec(f"2026-11-23 14:55:{stamp}", 0, "n1", 4398, event, **fields
 
 def analyse(*logs: list | None, job_id: str = "j", changed: float | None = None, ray_logs=None) -> dict:
     records = {r: (f"/j/rank-{r:04d}.log", t) for r, t in enumerate(logs) if t is not None}
-    return analyse_logs(job_id, "/j", records, changed, ray_logs)
+    return analyse_logs(job_id, "/j", records, changed, ray_logs=ray_logs)
 
 
 def write_job(root: Path, name: str, *logs: list | None) -> Path:

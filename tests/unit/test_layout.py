@@ -237,3 +237,18 @@ def test_no_module_writes_another_objects_attributes_beyond_the_known_ones():
     RayNode's). The writes still made elsewhere are listed; a new one, or one gone from the code, fails."""
     writes = {name: found for name, path in modules().items() if (found := outside_writes(path))}
     assert writes == STILL_WRITTEN
+
+
+MAX_POSITIONAL = 4
+
+
+def test_a_function_takes_at_most_four_positional_arguments():
+    """More than four values in a row are read by position and swapped unseen: the rest are keyword-only."""
+    crowded = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                positional = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(positional) > MAX_POSITIONAL:
+                    crowded.append(f"{name}.{node.name}({', '.join(positional)})")
+    assert crowded == []

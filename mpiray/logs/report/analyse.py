@@ -21,7 +21,7 @@ SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
 
 
 def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]], changed: float | None = None,
-            ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
+            *, ray_logs: Callable[[int], str] | Mapping[int, str] | None = None,
             joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]] | None = None,
             autoscaler: list[dict] | None = None, drivers: Mapping[str, list[dict]] | None = None) -> JobReport:
     """Every rank's events (rank -> (its human log's path, its records)) -> the job's report.
@@ -46,7 +46,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         return None if time is None or t0 is None else round(time - t0, 3)
 
     head_alive = head.joined if head else None
-    ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir, rel) for rank in range(size)]
+    ranks = [_rank_entry(rank, facts.get(rank), peers.get(rank), head_alive, job_dir=job_dir, rel=rel) for rank in range(size)]
     unfinished = [entry for entry in ranks if entry.has_log and entry.exit_code is None]
     changed_s = _drawn_until(unfinished, rel(changed)) if unfinished else None
     _relay_job_errors(head, ranks, size, rel)
@@ -73,7 +73,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         unfinished=[entry.rank for entry in unfinished],
         job_dir_changed_s=changed_s,
         **_notices(facts, rel),
-        causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head, said),
+        causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head=head, said=said),
         driver_events=[event for event in said if event["level"] != ERROR or event["cause"] is None],
         manifests={str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         **_elastic_report(logs, joins or {}, autoscaler or [], rel),
@@ -126,10 +126,10 @@ def _exit_code(head: RankFacts | None, ranks: list[RankEntry]) -> int | None:
 
 
 def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
-                ray_logs: Callable[[int], str] | Mapping[int, str], exit_code: int | None, head: RankFacts | None,
+                ray_logs: Callable[[int], str] | Mapping[int, str], exit_code: int | None, *, head: RankFacts | None,
                 said: list[dict]) -> list[FoundCause]:
     """classify.py's causes; a failed driver that logged an event of a kind it declares a cause failed of that."""
-    causes = classify(ranks, facts, ray_logs, exit_code, head.driver_code if head else None)
+    causes = classify(ranks, facts, ray_logs, exit_code, driver_code=head.driver_code if head else None)
     if exit_code in (0, None):
         return causes
     declared: dict[str, list[dict]] = {}
@@ -200,7 +200,7 @@ def _stamp(seconds: float) -> str:
     return (EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_alive: float | None, job_dir: str,
+def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_alive: float | None, *, job_dir: str,
                 rel) -> RankEntry:
     facts = facts or RankFacts(rank=rank)
     peer = peer or Peer()

@@ -155,7 +155,7 @@ PMI2_UCX = ("under srun --mpi=pmi2, MPICH over UCX can fail in MPI_Init now and 
 
 
 def classify(ranks: list[RankEntry], facts: Mapping[int, RankFacts], ray_log: Callable[[int], str] | Mapping[int, str],
-             exit_code: int | None, driver_code: int | None) -> list[FoundCause]:
+             exit_code: int | None, *, driver_code: int | None) -> list[FoundCause]:
     """The causes of a job's failure, the first seen first.
 
     ranks: the report's cluster rows; facts: rank -> parse.RankFacts; ray_log(rank): what its Ray wrote

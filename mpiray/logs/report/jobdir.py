@@ -95,4 +95,4 @@ def read_job(job_dir: Path) -> JobReport:
     changed = max([job_dir.stat().st_mtime] + [p.stat().st_mtime for p in _files(job_dir)])
     local = datetime.fromtimestamp(changed)  # the events' times are read as local time, as the human log shows
     return analyse(job_dir.name, str(job_dir), logs, (local - EPOCH).total_seconds(),
-                   lambda rank: ray_logs(job_dir, rank), joins, autoscaler, drivers)
+                   ray_logs=lambda rank: ray_logs(job_dir, rank), joins=joins, autoscaler=autoscaler, drivers=drivers)

@@ -115,11 +115,11 @@ def rank_facts(rank: int, records: list[dict], log: str = "") -> RankFacts:
     for record in records:
         time = local_seconds(record)
         facts.steps.append((time, record["event"]))
-        _read(facts, time, record["event"], record.get("fields", {}), record.get("level"))
+        _read(facts, time, record["event"], record.get("fields", {}), level=record.get("level"))
     return facts
 
 
-def _read(facts: RankFacts, time: float, name: str, f: dict, level: str | None) -> None:
+def _read(facts: RankFacts, time: float, name: str, f: dict, *, level: str | None) -> None:
     if name != "launched" and facts.mpi_ready is None:  # every other event comes after MPI_Init
         facts.mpi_ready = time
     reader = _READERS.get(name)

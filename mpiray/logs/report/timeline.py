@@ -66,7 +66,7 @@ def draw_timeline(report: JobReport, path: Path) -> tuple[int, int]:
     end = max(times + [1.0])
     used: set[str] = set()
     for e in ranks:
-        _draw_rank(ax, e, end, many, used)
+        _draw_rank(ax, e, end, many, used=used)
     _draw_phases(ax, report.phases)
     ax.set_ylim(count - 0.5, -0.5)
     ticks = [e.y for e in ranks][:: max(1, count // 40)]
@@ -85,12 +85,12 @@ def draw_timeline(report: JobReport, path: Path) -> tuple[int, int]:
         f"exit code {code if code is not None else 'unknown (no exit line)'}",
         y=1 - 0.15 / height, va="top", fontsize=11,
     )
-    _legend(fig, report, ranks, used, height)
+    _legend(fig, report, ranks, used, height=height)
     fig.savefig(path)
     return round(width * 100), round(height * 100)
 
 
-def _draw_rank(ax, e: Row, end: float, many: bool, used: set[str]) -> None:
+def _draw_rank(ax, e: Row, end: float, many: bool, *, used: set[str]) -> None:
     """One rank's row: its segments (hatched after its last line), its errors, and a note where it has no log or
     no exit line."""
     y = e.y
@@ -123,7 +123,7 @@ def _draw_phases(ax, phases: list[Phase]) -> None:
                     fontsize=7.5, color="#222222")
 
 
-def _legend(fig, report: JobReport, ranks: list[Row], used: set[str], height: float) -> None:
+def _legend(fig, report: JobReport, ranks: list[Row], used: set[str], *, height: float) -> None:
     """The segments' colours, and the marks only where the chart has them."""
     from matplotlib.artist import Artist
     from matplotlib.lines import Line2D

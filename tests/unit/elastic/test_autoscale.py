@@ -33,7 +33,7 @@ def test_the_jobs_still_to_cancel_are_those_not_known_to_have_ended():
 def autoscale(tmp_path, own_nodes: int, job_id: str, scheduler: str = "slurm") -> Autoscale:
     """The head job's autoscaler, as rank 0 makes it: the job's config and scheduler, its own Ray nodes, a log."""
     config = Config(registry=tmp_path / "registry", autoscale="1:3")
-    return Autoscale(config, scheduler, own_nodes, job_id, tmp_path / "logs" / job_id, RankLog(0, "n1"))
+    return Autoscale(config, scheduler, own_nodes, job_id, job_dir=tmp_path / "logs" / job_id, log=RankLog(0, "n1"))
 
 
 SHARE = Share(cpus=2, gpu_ids=(), memory=2**30, object_store=2**28)

@@ -149,12 +149,12 @@ def test_a_node_with_a_dev_shm_of_its_own_gets_a_store_that_fits_it_or_is_refuse
 
     view = HostView("h", (0,), 24 * GIB, 12 * GIB, (), shm_total=12 * GIB)
     share = Share(cpus=2, gpu_ids=(), memory=6 * GIB, object_store=2 * GIB)
-    assert fit_own_shm(share, 12 * GIB, 12 * GIB, view, "x") == share  # the host's /dev/shm: as planned
-    fitted = fit_own_shm(share, 1 * GIB, 1 * GIB, view, "the image on h")
+    assert fit_own_shm(share, 12 * GIB, 12 * GIB, view, where="x") == share  # the host's /dev/shm: as planned
+    fitted = fit_own_shm(share, 1 * GIB, 1 * GIB, view, where="the image on h")
     assert fitted.object_store == int(GIB * 0.9) and fitted.memory == share.memory + share.object_store - fitted.object_store
     assert "does not fit the image on h's own /dev/shm (1024 MiB free of 1024 MiB)" in fitted.notes[-1]
     with pytest.raises(ValueError, match=r"holds 64 MiB .* smallest object store \(75 MiB\).*--ipc=host"):
-        fit_own_shm(share, 64 * 2**20, 64 * 2**20, view, "the image on h")
+        fit_own_shm(share, 64 * 2**20, 64 * 2**20, view, where="the image on h")
     assert MIN_OBJECT_STORE == 75 * 2**20
 
 

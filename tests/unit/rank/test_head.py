@@ -26,7 +26,8 @@ OURS = {"ray": "2.60.0", "python": "3.11.7"}
 
 def entry(tmp_path: Path, dashboard: bool, spec: NodeSpec | None = SPEC, ends_at: float | None = None) -> Entry:
     """The registry entry of a cluster that is up, its head node started as spec (None: it has none)."""
-    return registry_entry(Config(dashboard=dashboard), cluster(tmp_path), spec, "n1", STARTED, "pbs", ends_at, OURS)
+    return registry_entry(Config(dashboard=dashboard), cluster(tmp_path), spec, "n1", started=STARTED, scheduler="pbs",
+                          ends_at=ends_at, ours=OURS)
 
 
 def cluster(tmp_path: Path) -> Cluster:

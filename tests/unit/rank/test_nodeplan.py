@@ -21,7 +21,7 @@ PORTS = node_ports(23700, units=2)
 
 
 def planned(config: Config = Config(), head: bool = False, **values) -> nodeplan.Plan:
-    return nodeplan.plan(config, SESSION, WHERE, SHARE, PORTS, head=head, node_ip="10.1.0.7",
+    return nodeplan.plan(config, SESSION, WHERE, SHARE, ports=PORTS, head=head, node_ip="10.1.0.7",
                          ray_dir=Path("/tmp/x/ray"), **values)
 
 

@@ -34,7 +34,7 @@ def test_runtimes_that_pass_the_environment_on_get_binds_only(kind, expected):
 def test_podman_runs_a_named_container_on_the_hosts_network_and_is_told_which_variables_to_pass():
     box = Container("podman", "localhost/ray:2.60")
     monitor = box.monitor_pidfile(Path("/tmp/mpiray-0-r0-ab"), "mpiray-4711-r0")
-    argv = box.command(ARGV, BINDS, ENV, "mpiray-4711-r0", monitor)
+    argv = box.command(ARGV, BINDS, ENV, "mpiray-4711-r0", monitor_pidfile=monitor)
     assert argv[:10] == ["podman", "run", "--rm", "--interactive", "--name=mpiray-4711-r0",
                          "--conmon-pidfile=/tmp/mpiray-0-r0-ab/mpiray-4711-r0.conmon.pid", "--network=host",
                          "--pid=host", "--ipc=host", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab"]

@@ -18,7 +18,7 @@ from sample_jobs import entry
 
 
 def found(ranks, facts=None, ray_logs=None, exit_code=1, driver_code=None) -> dict[str, list[int]]:
-    result = classify(ranks, facts or {}, ray_logs or {}, exit_code, driver_code)
+    result = classify(ranks, facts or {}, ray_logs or {}, exit_code, driver_code=driver_code)
     for cause in result:
         assert cause.title and cause.fix and cause.evidence, cause
     return {cause.cause: cause.ranks for cause in result}
@@ -50,10 +50,10 @@ def test_each_sign_in_rays_logs_names_its_cause(line, cause):
 
 def test_a_rank_that_never_came_out_of_mpi_init_is_named_and_pmi2_over_ucx_gets_its_note():
     stuck = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": None})
-    result = classify([entry(0, "never reported"), entry(1, "never reported")], {1: stuck}, {}, None, None)
+    result = classify([entry(0, "never reported"), entry(1, "never reported")], {1: stuck}, {}, None, driver_code=None)
     assert [(c.cause, c.ranks, c.note) for c in result] == [("mpi_init", [1], PMI2_UCX)]
     ofi = RankFacts(rank=1, launched=1.0, launch={"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": "ofi"})
-    assert classify([entry(1, "never reported")], {1: ofi}, {}, None, None)[0].note == ""
+    assert classify([entry(1, "never reported")], {1: ofi}, {}, None, driver_code=None)[0].note == ""
 
 
 def test_workers_rank_0_waited_for_in_vain_are_named_by_their_own_logs_first():
@@ -75,7 +75,7 @@ def test_the_report_says_why_with_the_fix():
     report = JobReport(job_id="j", job_dir="/j", ranks=1, hosts=["n1"], started=None, exit_code=1, driver="",
                        driver_exit_code=124, batch_job=None, earlier_runs=0, cluster=[], phases=[], first_error=None,
                        never_reported=[], unfinished=[], job_dir_changed_s=None, warnings=[], lost_nodes=[],
-                       causes=classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, 124),
+                       causes=classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, driver_code=124),
                        driver_events=[], manifests={}, joined_jobs=[], planned_joins=[], autoscaler=[], nodes_over_time=[])
     text = render.format_report(report)
     assert "why it failed:\n  time_limit (rank 0): " + CAUSES["time_limit"].title in text
