@@ -294,6 +294,9 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "GresTypes=gpu",
+        # The fabric as a site's Slurm knows it (topology.conf beside this file): every task sees its
+        # SLURM_TOPOLOGY_ADDR (top.sw1.mpiray-node1), which mpiray's switch label reads.
+        "TopologyPlugin=topology/tree",
     ]
     for node in testbed.nodes:
         lines.append(
@@ -314,6 +317,29 @@ def gres_conf(testbed: Testbed) -> str:
     """gres.conf text: every node's GPUs, their device files the stand-ins under the state dir."""
     devices = testbed.state_dir / "dev" / f"nvidia[0-{GPUS_PER_NODE - 1}]"
     return (f"NodeName={testbed.nodelist} Name=gpu Type={GPU_TYPE} File={devices}\n")
+
+
+SWITCHES = (("sw1", 2), ("sw2", 1))  # leaf switches and how many nodes hang from each, in node order
+
+
+def topology_conf(testbed: Testbed) -> str:
+    """topology.conf text: the first two nodes on leaf switch sw1, the third on sw2, both under top."""
+    lines, names = [], list(testbed.node_names)
+    for switch, count in SWITCHES:
+        lines.append(f"SwitchName={switch} Nodes={','.join(names[:count])}")
+        names = names[count:]
+    lines.append(f"SwitchName=top Switches={','.join(switch for switch, _ in SWITCHES)}")
+    return "\n".join(lines) + "\n"
+
+
+def switch_of(testbed: Testbed, node_name: str) -> str:
+    """The leaf switch a node hangs from (topology_conf)."""
+    index = testbed.node_names.index(node_name)
+    for switch, count in SWITCHES:
+        if index < count:
+            return switch
+        index -= count
+    raise ValueError(node_name)
 
 
 def job_processes(testbed: Testbed, job_id: int | str) -> dict[int, str]:
@@ -361,6 +387,7 @@ def _make_state_dir(testbed: Testbed) -> None:
         if not device.exists():
             os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     (state / "gres.conf").write_text(gres_conf(testbed))
+    (state / "topology.conf").write_text(topology_conf(testbed))
     testbed.conf_path.write_text(slurm_conf(testbed, socket.gethostname().split(".")[0]))
 
 
