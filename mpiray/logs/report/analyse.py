@@ -14,7 +14,7 @@ from mpiray.logs.events import DECLARED, ERROR, INFO
 from mpiray.logs.report import elastic
 from mpiray.logs.report.classify import classify
 from mpiray.logs.report.model import FoundCause, JobReport, Phase, RankEntry
-from mpiray.logs.report.parse import EPOCH, Peer, RankFacts, describe, rank_facts
+from mpiray.logs.report.parse import EPOCH, JobError, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
 SEGMENTS = ("waiting", "starting", "alive", "idle", "driver", "stopping")
@@ -111,7 +111,8 @@ def _drawn_until(unfinished: list[RankEntry], changed_s: float | None) -> float 
 
 def _relay_job_errors(head: RankFacts | None, ranks: list[RankEntry], size: int, rel: Callable) -> None:
     """A worker whose own log does not say it failed, where rank 0's does: rank 0's word."""
-    for time, rank, _, _, message, cause in head.job_errors if head else ():
+    for error in head.job_errors if head else ():
+        time, rank, message, cause = error.time, error.rank, error.message, error.cause
         if rank != 0 and rank < size and not ranks[rank].error:
             entry = ranks[rank]
             entry.status, entry.error, entry.error_s, entry.cause = FAILED, message, rel(time), cause
@@ -218,7 +219,7 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
     # A worker's `ray start` may go once rank 0 lets it (its head ALIVE, or a join slot): before that it waits.
     release = peer.join_slot if peer.join_slot is not None else (head_alive if rank else None)
     # An error about the job (a startup timeout), not about this rank's node: marked, not "failed".
-    own = [time for time, failed, *_ in facts.job_errors if failed == rank]
+    own = [error.time for error in facts.job_errors if error.rank == rank]
     return RankEntry(
         rank=rank,
         host=facts.host or peer.host,
@@ -237,9 +238,9 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         last_step=facts.last_event,
         join_slot_s=rel(peer.join_slot),
         join_attempts=facts.join_attempts,
-        error=facts.errors[0][1] if facts.errors else "",
-        error_s=rel(facts.errors[0][0]) if facts.errors else None,
-        cause=facts.errors[0][2] if facts.errors else "",
+        error=facts.errors[0].message if facts.errors else "",
+        error_s=rel(facts.errors[0].time) if facts.errors else None,
+        cause=facts.errors[0].cause if facts.errors else "",
         launched_s=rel(facts.launched),
         mpi_ready_s=rel(facts.mpi_ready),
         stopped={"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
@@ -252,8 +253,8 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
 def stopping_start(facts: RankFacts) -> float | None:
     """When the rank began to stop: the driver's end, rank 0's word, a signal, a failure, or its Ray's stop."""
     starts = [t for t in (facts.driver_exited, facts.ended, facts.signal,
-                          facts.errors[0][0] if facts.errors else None,
-                          facts.job_errors[0][0] if facts.job_errors else None,
+                          facts.errors[0].time if facts.errors else None,
+                          facts.job_errors[0].time if facts.job_errors else None,
                           facts.stopped - facts.stopped_seconds if facts.stopped is not None else None) if t is not None]
     return min(starts) if starts else None
 
@@ -323,17 +324,15 @@ def _count(number: int, thing: str) -> str:
 
 def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
     """The earliest ERROR line of any rank; one rank 0 relays is the failing rank's own."""
-    candidates = []
-    for f in facts.values():
-        for time, message, cause, _ in f.errors:
-            candidates.append((time, f.rank, f.host, f.log, message, f.rank, cause))
-        for time, rank, host, log, message, cause in f.job_errors:
-            candidates.append((time, rank, host, log, message, f.rank, cause))
+    # (the error as rank 0 would relay it, who reported it): a rank's own wins over a relay of it at the same time
+    candidates = [(JobError(e.time, f.rank, f.host, f.log, e.message, e.cause), f.rank)
+                  for f in facts.values() for e in f.errors]
+    candidates += [(error, f.rank) for f in facts.values() for error in f.job_errors]
     if not candidates:
         return None
-    time, rank, host, log, message, reported_by, cause = min(candidates, key=lambda c: (c[0], c[5] != c[1]))
-    return {"s": rel(time), "rank": rank, "host": host, "log": log, "message": message, "reported_by": reported_by,
-            "cause": cause}
+    error, reported_by = min(candidates, key=lambda c: (c[0].time, c[1] != c[0].rank))
+    return {"s": rel(error.time), "rank": error.rank, "host": error.host, "log": error.log, "message": error.message,
+            "reported_by": reported_by, "cause": error.cause}
 
 
 def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> dict:

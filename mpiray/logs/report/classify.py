@@ -192,8 +192,8 @@ def classify(ranks: list[RankEntry], facts: Mapping[int, RankFacts], ray_log: Ca
             add(cause, rank, evidence)
     if exit_code not in (0, None):  # a mistake a rank warned of at start-up may be what failed the job
         for rank, own in facts.items():
-            for _, message, cause in getattr(own, "hints", ()):
-                add(cause, rank, message)
+            for hint in getattr(own, "hints", ()):
+                add(hint.cause, rank, hint.message)
     for rank in getattr(facts.get(0), "missing", ()):  # rank 0 timed out waiting for them
         sign = _ray_sign(read(rank))
         add(*(sign[0], rank, sign[1]) if sign else ("startup_timeout", rank, "did not join within --startup-timeout"))

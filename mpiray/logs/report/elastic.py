@@ -29,7 +29,7 @@ def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: 
             ranks.append({"rank": rank, "host": facts.host, "ip": facts.ip, "resources": facts.resources,
                           "resources_text": describe(facts.resources), "joined_s": rel(facts.joined),
                           "left_s": rel(facts.stopped), "exit_code": facts.exit_code, "log": path,
-                          "error": facts.errors[0][1] if facts.errors else "", "segments": segments})
+                          "error": facts.errors[0].message if facts.errors else "", "segments": segments})
         codes = {r["exit_code"] for r in ranks if r["exit_code"] is not None}
         jobs.append({"job_id": job_id, "ranks": ranks, "exit_code": codes.pop() if len(codes) == 1 else None})
     return jobs

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from mpiray.logs.events import ERROR, WARNING, text
 
@@ -51,6 +52,34 @@ class Peer:
     join_slot: float | None = None
 
 
+class RankError(NamedTuple):
+    """A rank's own failure, as its error event said it."""
+
+    time: float
+    message: str
+    cause: str
+    event: str
+
+
+class JobError(NamedTuple):
+    """Rank 0's word about another rank: it failed, or did not join in time."""
+
+    time: float
+    rank: int
+    host: str
+    log: str
+    message: str
+    cause: str
+
+
+class Hint(NamedTuple):
+    """A warning that names a cause: a mistake that may explain a failure later."""
+
+    time: float
+    message: str
+    cause: str
+
+
 @dataclass
 class RankFacts:
     """What one rank's events say, times in local seconds since 1970 (None: not in the log)."""
@@ -88,14 +117,11 @@ class RankFacts:
     pids: list[int] = field(default_factory=list)  # every process of its node it logged
     exit_time: float | None = None
     exit_code: int | None = None
-    # This rank's own failures: (time, message, cause, event).
-    errors: list[tuple[float, str, str, str]] = field(default_factory=list)
-    # Rank 0's errors about other ranks (one failed, some did not join): (time, rank, host, log, message, cause).
-    job_errors: list[tuple[float, int, str, str, str, str]] = field(default_factory=list)
+    errors: list[RankError] = field(default_factory=list)  # this rank's own failures
+    job_errors: list[JobError] = field(default_factory=list)  # rank 0's about other ranks: failed, did not join
     steps: list[tuple[float, str]] = field(default_factory=list)  # every event: (time, its name)
     warnings: list[tuple[float, str]] = field(default_factory=list)
-    # Warnings that name a cause (a mistake that may explain a failure later): (time, message, cause).
-    hints: list[tuple[float, str, str]] = field(default_factory=list)
+    hints: list[Hint] = field(default_factory=list)  # warnings that name a cause: a mistake that may explain a failure
     batch_job: dict | None = None  # rank 0: the batch job as its scheduler showed it (batch_job's fields)
     peers: dict[int, Peer] = field(default_factory=dict)  # rank 0: what it heard of the others
     manifest: dict | None = None  # node_manifest's fields
@@ -126,11 +152,11 @@ def _read(facts: RankFacts, time: float, name: str, f: dict, *, level: str | Non
     if reader is not None:
         reader(facts, time, f)
     elif level == ERROR:  # this rank's own failure (time_limit, head_lost, own_node_exited, ...)
-        facts.errors.append((time, f.get("message") or text(name, f), f.get("cause", ""), name))
+        facts.errors.append(RankError(time, f.get("message") or text(name, f), f.get("cause", ""), name))
     if level == WARNING:
         facts.warnings.append((time, text(name, f)))
         if f.get("cause"):
-            facts.hints.append((time, text(name, f), f["cause"]))
+            facts.hints.append(Hint(time, text(name, f), f["cause"]))
 
 
 def _peer(facts: RankFacts, rank: int, **known) -> None:
@@ -149,21 +175,22 @@ def _launched(facts, time, f):
 
 
 def _failed(facts, time, f):
-    facts.errors.append((time, f.get("message", ""), f.get("cause", ""), "failed"))
+    facts.errors.append(RankError(time, f.get("message", ""), f.get("cause", ""), "failed"))
 
 
 def _unexpected(facts, time, f):
     last = [line for line in f.get("traceback", "").splitlines() if line.strip()][-1:] or ["?"]
-    facts.errors.append((time, f"unexpected failure: {last[0]}", "unexpected", "unexpected"))
+    facts.errors.append(RankError(time, f"unexpected failure: {last[0]}", "unexpected", "unexpected"))
 
 
 def _worker_failed(facts, time, f):
-    facts.job_errors.append((time, f["peer"], f.get("peer_host", ""), f.get("log", ""), f.get("message", ""),
+    facts.job_errors.append(JobError(time, f["peer"], f.get("peer_host", ""), f.get("log", ""), f.get("message", ""),
                              f.get("cause", "")))
 
 
 def _startup_timeout(facts, time, f):
-    facts.job_errors.append((time, facts.rank, facts.host, facts.log, text("startup_timeout", f), "startup_timeout"))
+    facts.job_errors.append(JobError(time, facts.rank, facts.host, facts.log, text("startup_timeout", f),
+                                     "startup_timeout"))
     for missing in f.get("missing", []):
         _peer(facts, missing["rank"], host=missing.get("host", ""))
         facts.missing.append(missing["rank"])
