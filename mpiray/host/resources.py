@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 
 from mpiray.batch import environment
 from mpiray.host import gpus as gpu_vendors
-from mpiray.host import network
+from mpiray.host import portblocks
 
 OBJECT_STORE_FRACTION = 0.3  # Ray's own default share of memory for the object store
 SHM_HEADROOM = 0.9  # keep some of /dev/shm for everything else on the host
@@ -279,19 +279,19 @@ def plan_shares(config, views: list[HostView], leader_is_rank0: bool, cpus_per_t
 
 def port_units(shares: list[Share | None]) -> list[int]:
     """The 100-port units each Ray node of a host needs (its CPUs and GPUs), the host's nodes in order."""
-    return [network.node_units(share.cpus, len(share.gpu_ids)) for share in shares if share is not None]
+    return [portblocks.node_units(share.cpus, len(share.gpu_ids)) for share in shares if share is not None]
 
 
 def ports_problem(shares: list[Share | None], hostname: str) -> str | None:
     """Why this host's Ray nodes cannot all have their ports (None: they fit mpiray's port range)."""
     units = port_units(shares)
-    room = network.units_in_range()
+    room = portblocks.units_in_range()
     if sum(units) <= room:
         return None
     largest = max(share.cpus for share in shares if share is not None)
-    fit = room // network.node_units(largest)
-    low, high = network.PORT_RANGE
-    return (f"{len(units)} Ray nodes on {hostname} need {sum(units) * network.UNIT} ports together (a node of "
-            f"{largest} CPUs needs {network.node_units(largest) * network.UNIT}: a worker port per process), but one "
-            f"host has {room * network.UNIT} ({low}-{high}): at most {fit} such nodes fit on a host; run fewer "
+    fit = room // portblocks.node_units(largest)
+    low, high = portblocks.PORT_RANGE
+    return (f"{len(units)} Ray nodes on {hostname} need {sum(units) * portblocks.UNIT} ports together (a node of "
+            f"{largest} CPUs needs {portblocks.node_units(largest) * portblocks.UNIT}: a worker port per process), but one "
+            f"host has {room * portblocks.UNIT} ({low}-{high}): at most {fit} such nodes fit on a host; run fewer "
             f"ranks per host, or one Ray node per host (--ray-node-per host)")

@@ -27,7 +27,7 @@ from mpiray.batch import environment
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import PortInUse, StartupTimeout
-from mpiray.host import network
+from mpiray.host import network, portblocks
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import (
@@ -40,7 +40,8 @@ from mpiray.rank.messages import (
     versions,
 )
 from mpiray.rank.ownnode import start_node
-from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL, Lost, Rank
+from mpiray.rank.state import Lost, Rank
+from mpiray.rank.timings import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL
 from mpiray.rank.zero import RankZero
 from mpiray.raynode.commands import LOOPBACK, NodeSpec, head_ports
 from mpiray.raynode.gcs import NodeInfo
@@ -77,7 +78,7 @@ class Head(RankZero):
         me.log.open(config.log_dir / job_id)
         me.log_started(job_id)
         head_ip = network.head_address(config.interface, config.address_rule)
-        if config.port and not network.port_is_free(config.port):
+        if config.port and not portblocks.port_is_free(config.port):
             raise PortInUse(f"--port {config.port} is already in use on {me.host}: pick another or use 0 (a free one)")
         share, ports = split_host_first(me, job_id, gcs_port=config.port)
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports

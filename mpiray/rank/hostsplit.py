@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, StartupTimeout
-from mpiray.host import network, resources
+from mpiray.host import portblocks, resources
 from mpiray.rank.messages import LOCAL, HostPlan, Idle, PlanRefused
 from mpiray.rank.state import Rank
 
@@ -63,5 +63,5 @@ def _plan_for(me: Rank, views: list[resources.HostView], job_id: str,
         return [PlanRefused(str(error), error.cause)] * len(views)
     for note in me.port_block.notes:
         me.log.event("port_note", note=note)
-    ports = iter(network.host_ports(me.port_block.base, units, gcs_port))
+    ports = iter(portblocks.host_ports(me.port_block.base, units, gcs_port))
     return [HostPlan(share, next(ports)) if share is not None else Idle() for share in shares]

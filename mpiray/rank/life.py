@@ -27,21 +27,14 @@ from mpiray.host import processes, resources
 from mpiray.logs.events import RankLog
 from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
+from mpiray.rank.contracts import Comm, OwnNode
 from mpiray.rank.head import DRAIN_NOTICE, Head
 from mpiray.rank.messages import EVENT, LOCAL, REPORT
 from mpiray.rank.ownnode import RealNode
 from mpiray.rank.plannednode import NodeContext, PlannedNode
 from mpiray.rank.signals import StopRequest
-from mpiray.rank.state import (
-    DRIVER_POLL,
-    RAY_STOP_GRACE,
-    TIME_LIMIT_EXIT,
-    Comm,
-    Leader,
-    OwnNode,
-    Rank,
-    Role,
-)
+from mpiray.rank.state import Leader, Rank, Role
+from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT
 from mpiray.rank.worker import Worker
 from mpiray.rank.zero import RankZero
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from mpiray import errors
 from mpiray.errors import ConfigError, LaunchError
-from mpiray.host.network import NodePorts
+from mpiray.host.portblocks import NodePorts
 from mpiray.host.preflight import Finding
 from mpiray.host.resources import Share
 from mpiray.raynode.commands import node_env

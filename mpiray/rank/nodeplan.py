@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpiray.config import Config
-from mpiray.host import gpus, network, sites
+from mpiray.host import gpus, portblocks, sites
 from mpiray.host.resources import HostView, Share
 from mpiray.rank.messages import Session
 from mpiray.raynode import commands, labels, spill
@@ -40,7 +40,7 @@ class Where:
     switch: str | None = None
 
 
-def plan(config: Config, session: Session, where: Where, share: Share, *, ports: network.NodePorts, head: bool,
+def plan(config: Config, session: Session, where: Where, share: Share, *, ports: portblocks.NodePorts, head: bool,
          node_ip: str, ray_dir: Path, image: containers.ImageFacts | None = None, autoscaling_config: str = "",
          dashboard_checks_token: bool = True) -> Plan:
     """The node's spec and `ray start` line. node_ip: the address it advertises; image: the probe of --container's

@@ -4,7 +4,7 @@ verified, described, settled, stopped, closed.
 raynode/node.py is the node itself (private dir, token, guard, `ray start`, stop); nodeplan.py what it runs (its
 spec, `ray start` line, environment, binds); this module is the glue between them and the rank: what the rank
 logs, how long it waits, when a failed join is tried again, and the node's manifest (node_manifest event) once
-its `ray start` is done starting. RealNode is the rank.state.OwnNode that runs (plannednode.py: those that do not).
+its `ray start` is done starting. RealNode is the rank.contracts.OwnNode that runs (plannednode.py: those that do not).
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from typing import Any, Callable
 from mpiray import package
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, ImageFailed, NodeStartFailed
-from mpiray.host import gpus, network, processes, resources, sites
+from mpiray.host import gpus, network, portblocks, processes, resources, sites
 from mpiray.host.preflight import REFUSE, Finding
 from mpiray.host.resources import HostView, Share
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank import nodeplan, preflight
 from mpiray.rank.messages import Session
 from mpiray.rank.plannednode import NodeContext, NoNode
-from mpiray.rank.state import RAY_STOP_GRACE, Rank
+from mpiray.rank.state import Rank
+from mpiray.rank.timings import RAY_STOP_GRACE
 from mpiray.raynode import commands, labels, raycompat, spill
 from mpiray.raynode import container as containers
 from mpiray.raynode.gcs import NodeInfo, gcs_answers
@@ -35,7 +36,7 @@ JOIN_ATTEMPTS = 3
 
 
 class RealNode:
-    """rank.state.OwnNode for real: the RayNode (raynode/node.py) it owns once prepared, its `ray start` held until
+    """rank.contracts.OwnNode for real: the RayNode (raynode/node.py) it owns once prepared, its `ray start` held until
     up(). Before prepare() (a rank that failed first) it has no node, and its end has nothing to do."""
 
     runs_ray = True
@@ -63,8 +64,8 @@ class RealNode:
             raise RuntimeError("this rank's node is not prepared")
         return self.node
 
-    def port_block(self, job_id: str, units: int, reserved: int) -> network.PortBlock:
-        return network.free_block(job_id, units, reserved=reserved)
+    def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
+        return portblocks.free_block(job_id, units, reserved=reserved)
 
     def make_spill_dir(self, job_id: str) -> list[Finding]:
         """The job's spill dir on this host (raynode/spill.py), made by the host's first rank before any node of
@@ -261,7 +262,7 @@ def in_image(private: Path, spill_dir: Path | None, job_dir: Path) -> list[conta
     return binds
 
 
-def start_node(me: Rank, share: Share, ports: network.NodePorts, head: bool,
+def start_node(me: Rank, share: Share, ports: portblocks.NodePorts, head: bool,
                *, autoscaling_config: str = "") -> commands.NodeSpec:
     """Prepare this rank's Ray node and start its `ray start` (nodeplan.plan), held until me.own_node.up() (or,
     planned, say what would run).

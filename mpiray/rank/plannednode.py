@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpiray.config import Config
-from mpiray.host import network
+from mpiray.host import portblocks
 from mpiray.host.preflight import Finding
 from mpiray.host.resources import HostView
 from mpiray.logs.events import RankLog
@@ -34,7 +34,7 @@ class NodeContext:
 
 
 class PlannedNode:
-    """rank.state.OwnNode of --dry-run: the node this rank would start, logged (dry_run_node) and reported as
+    """rank.contracts.OwnNode of --dry-run: the node this rank would start, logged (dry_run_node) and reported as
     if the GCS showed it; nothing of Ray runs, nothing is made on the host, no port is checked or locked."""
 
     runs_ray = False
@@ -50,8 +50,8 @@ class PlannedNode:
     def idle(self) -> NoNode:
         return NoNode(self.context)
 
-    def port_block(self, job_id: str, units: int, reserved: int) -> network.PortBlock:
-        return network.planned_block(job_id, units, reserved=reserved)
+    def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
+        return portblocks.planned_block(job_id, units, reserved=reserved)
 
     def make_spill_dir(self, job_id: str) -> list[Finding]:
         return []
@@ -102,10 +102,10 @@ class PlannedNode:
 
 
 class NoNode(PlannedNode):
-    """rank.state.OwnNode of an idle rank (one Ray node per host, and this rank is not the host's first): it starts
+    """rank.contracts.OwnNode of an idle rank (one Ray node per host, and this rank is not the host's first): it starts
     nothing and plans nothing; its host's first rank holds the ports. What it must never do raises."""
 
-    def port_block(self, job_id: str, units: int, reserved: int) -> network.PortBlock:
+    def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
         raise AssertionError("an idle rank holds no port block: its host's first rank does")
 
     def prepare(self, session: Session) -> Path:

@@ -16,10 +16,11 @@ import time
 from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, ImageFailed, VersionSkew
-from mpiray.host import network, preflight, sites
+from mpiray.host import portblocks, preflight, sites
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO, Hello
-from mpiray.rank.state import STARTUP_POLL, Rank
+from mpiray.rank.state import Rank
+from mpiray.rank.timings import STARTUP_POLL
 from mpiray.raynode import commands, raycompat
 from mpiray.raynode import container as containers
 
@@ -110,7 +111,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
         found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
     found += me.own_node.make_spill_dir(me.current_session.job_id)  # nothing made for a planned node (--dry-run)
     found += image_findings(me)
-    found += preflight.port_range_findings(*network.PORT_RANGE)
+    found += preflight.port_range_findings(*portblocks.PORT_RANGE)
     found += preflight.neighbour_findings(me.comm.size)
     found += fixed
     if log_dir_shared is False:

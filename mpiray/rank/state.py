@@ -1,144 +1,26 @@
-"""What every rank has and agrees to, below the roles and leaders that use it: the Rank, the contracts
-of a role (Role; rank 0's is zero.RankZero) and of rank 0's leader step (Leader), and the timings they share."""
+"""What every rank has, below the roles and leaders that use it: the Rank, and the contracts that act on it: a
+role's (Role; rank 0's is zero.RankZero), rank 0's leader step's (Leader), and a lost cluster's word (Lost).
+What a rank is given is in contracts.py (Comm, OwnNode), the timings its steps share in timings.py."""
 
 from __future__ import annotations
 
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
-from mpiray.deadline import Deadline
 from mpiray.errors import Shutdown
 from mpiray.host import resources
-from mpiray.host.network import PortBlock
+from mpiray.host.portblocks import PortBlock
 from mpiray.logs.events import RankLog
-from mpiray.rank.messages import CONTROL, Cluster, Message, Report, Session, versions
+from mpiray.rank.contracts import Comm, OwnNode
+from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode import labels
 from mpiray.raynode.gcs import NodeInfo
 from mpiray.raynode.raycompat import ray_version
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from mpiray.host.preflight import Finding
-    from mpiray.raynode.commands import NodeSpec
-    from mpiray.raynode.container import ImageFacts
-
-DRIVER_POLL = 0.2  # seconds between checks while the leader runs: ~0% CPU for waiting ranks
-STARTUP_POLL = 0.02  # seconds between checks while nodes start (a file read or an MPI probe): on the critical path
-RAY_STOP_GRACE = 5.0  # the most a Ray node gets to stop in order: healthy ones take ~1 s
-TIME_LIMIT_EXIT = 124  # as timeout(1)
-HEAD_LOST_EXIT = 1
-
-
-class Comm(Protocol):
-    """What a rank needs of its communicator: rank/mpi.py's Comm over MPI, or tests/support/memory_comm.py's in one
-    process. Every wait polls (a blocking MPICH call burns a core) and has a deadline."""
-
-    rank: int
-    size: int
-    sent: int  # messages, for the log
-    received: int
-
-    def send(self, obj: Any, dest: int, tag: int) -> None: ...
-
-    def send_to_others(self, obj: Any, tag: int) -> None: ...
-
-    def progress(self) -> None: ...
-
-    def poll(self, source: int = ..., tag: int = ...) -> Message | None: ...
-
-    def receive(self, source: int, tag: int, deadline: Deadline, between_polls: Callable[[], None] = ...) -> Any: ...
-
-    def receive_each(self, sources: list[int], tag: int, deadline: Deadline,
-                     between_polls: Callable[[], None] = ...) -> dict[int, Any]: ...
-
-    def count(self, flag: bool, timeout: float) -> int | None: ...
-
-    def barrier(self, timeout: float) -> bool: ...
-
-    def flush(self, timeout: float) -> None: ...
-
-    def drop_pending(self) -> int: ...
-
-    def split_by_host(self) -> Comm: ...
-
-    def library_version(self) -> str: ...
-
-    def abandon(self, code: int) -> None: ...
-
-    def exit_now(self, code: int) -> None: ...
-
-
-class OwnNode(Protocol):
-    """This rank's own Ray node over its whole life, one handle: chosen once per rank (life.setup) for real
-    (ownnode.RealNode, owning a raynode.node.RayNode) or as planned (plannednode.PlannedNode, --dry-run: logged,
-    reported as if the GCS showed it, nothing of Ray run); an idle rank's (one Ray node per host) becomes
-    plannednode.NoNode at its host's split. The protocol and the teardown call the same methods of all three, none
-    of which takes the Rank: what a node needs it was built with (plannednode.NodeContext) or is given."""
-
-    runs_ray: bool  # False: none runs, so rank 0 has no cluster to publish, autoscale or wait for at the end
-    @property
-    def spec(self) -> NodeSpec | None:
-        """What it was started as (None: not started)."""
-
-    @property
-    def alive(self) -> bool:
-        """It was seen ALIVE in the GCS (a planned node never is)."""
-
-    def idle(self) -> OwnNode:
-        """The node of an idle rank of the same job (its host's split gave it none)."""
-
-    def port_block(self, job_id: str, units: int, reserved: int) -> PortBlock:
-        """The host's port block (its first rank's): free and locked, or planned (neither checked nor locked)."""
-
-    def make_spill_dir(self, job_id: str) -> list[Finding]:
-        """The host's first rank, in the pre-flight: the job's spill dir on this host made, or why it cannot be."""
-
-    def prepare(self, session: Session) -> Path:
-        """Before its `ray start` line is built: the dir Ray gets."""
-
-    def start(self, spec: NodeSpec, argv: list[str], head: bool, image: ImageFacts | None) -> None:
-        """Start its `ray start` (argv, made of spec; image: where it runs in the job's container), held until
-        up(); or say what would run."""
-
-    def up(self, joins: bool, between: Callable[[], None]) -> NodeInfo:
-        """Let it go and wait until it is ALIVE (joins: a worker's, whose failed join is tried again; between:
-        called between polls, which a stop ends)."""
-
-    def check_running(self) -> None:
-        """Raise if its `ray start` already failed (while it waits for its go)."""
-
-    def pids(self) -> list[int]:
-        """Its processes, once up."""
-
-    def ended(self) -> dict[str, Any] | None:
-        """Once its `ray start` exited: its code and where its output is (an event's fields); else None."""
-
-    def stops_last(self) -> bool:
-        """On a normal end: its Ray does not drain a node it stops, so the head's must stop after the others."""
-
-    def describe_once_started(self) -> bool:
-        """Once its `ray start` is done starting: its manifest, logged once. True when done starting."""
-
-    def settle(self) -> None:
-        """Before it stops: let its `ray start` finish starting (a deadline of RAY_STOP_GRACE)."""
-
-    def stop(self, grace: float) -> None:
-        """Stop its processes (SIGTERM, grace seconds, SIGKILL), logged."""
-
-    def close(self) -> None:
-        """Keep Ray's logs, remove its private dir and its spilled objects."""
-
-    def remove_container_on_death(self, command: list[str], monitor: Path | None) -> None:
-        """If this rank dies: its guard removes the named container the driver runs in."""
-
-    def access(self) -> tuple[str | None, str | None]:
-        """Its token's path and its private dir, for a driver (None: it has none)."""
 
 
 class Lost(NamedTuple):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from mpiray.deadline import Deadline
-from mpiray.rank.state import RAY_STOP_GRACE, Leader, Rank, Role
+from mpiray.rank.state import Leader, Rank, Role
+from mpiray.rank.timings import RAY_STOP_GRACE
 
 STOP_SIGNAL_RAY_GRACE = 2.0  # after scancel: Ray's processes got the signal too, and a raylet then hangs on SIGTERM
 MEET_MARGIN = 30.0  # seconds past --stop-grace that a rank waits for the others at the end

@@ -23,7 +23,8 @@ from mpiray.rank.messages import (
     resource_fields,
 )
 from mpiray.rank.ownnode import start_node
-from mpiray.rank.state import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL, Rank
+from mpiray.rank.state import Rank
+from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL
 
 
 class Worker:

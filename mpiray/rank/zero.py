@@ -27,7 +27,8 @@ from mpiray.rank.messages import (
 )
 from mpiray.rank.ownnode import driver_gpu_variables
 from mpiray.rank.slots import Joins, JoinWindow
-from mpiray.rank.state import STARTUP_POLL, Lost, Rank
+from mpiray.rank.state import Lost, Rank
+from mpiray.rank.timings import STARTUP_POLL
 from mpiray.raynode.gcs import NodeInfo
 
 

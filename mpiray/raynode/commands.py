@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from mpiray.host import gpus
-from mpiray.host.network import NodePorts
+from mpiray.host.portblocks import NodePorts
 from mpiray.host.resources import Share
 from mpiray.package import module_command
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from mpiray.host import network, preflight
 started = time.perf_counter()
 preflight.dir_findings(Path("/tmp"), "temp", "--temp-dir")
-preflight.port_range_findings(*network.PORT_RANGE)
+preflight.port_range_findings(*portblocks.PORT_RANGE)
 preflight.neighbour_findings(64)
 preflight.raise_soft_limits()
 preflight.open_files_findings(64, head_host=True)

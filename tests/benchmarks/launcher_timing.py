@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from mpiray.host import network
+from mpiray.host import network, portblocks
 
 from harness import (
     BIN,
@@ -60,8 +60,8 @@ def by_hand(scratch: Path, sleep_s: float, lean: bool = False, nodes: int = 2) -
     """
     before = descendant_pids()
     node_ip = network.head_address(None)
-    base = network.free_block(f"bench-{secrets.token_hex(4)}", nodes).base
-    ports = [network.node_ports(base + i * network.UNIT) for i in range(nodes)]
+    base = portblocks.free_block(f"bench-{secrets.token_hex(4)}", nodes).base
+    ports = [portblocks.node_ports(base + i * portblocks.UNIT) for i in range(nodes)]
     root = Path(tempfile.mkdtemp(prefix="mb", dir="/tmp"))  # short: Ray's socket paths <= 107 bytes
     env = clean_env()
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
@@ -122,7 +122,7 @@ def stop_daemonized_ray(procs: list[psutil.Process]) -> dict:
     }
 
 
-def ray_flags(node_ip: str, temp_dir: Path, ports: network.NodePorts) -> list[str]:
+def ray_flags(node_ip: str, temp_dir: Path, ports: portblocks.NodePorts) -> list[str]:
     return [
         "--disable-usage-stats", f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--num-cpus=1",
         f"--node-manager-port={ports.node_manager}", f"--object-manager-port={ports.object_manager}",

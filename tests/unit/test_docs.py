@@ -17,7 +17,7 @@ from mpiray.errors import ConfigError, Interrupted
 from mpiray.logs.events import KINDS
 from mpiray.logs.report.classify import CAUSES
 from mpiray.options import OPTIONS, library_config
-from mpiray.rank.state import HEAD_LOST_EXIT, TIME_LIMIT_EXIT
+from mpiray.rank.timings import HEAD_LOST_EXIT, TIME_LIMIT_EXIT
 from train import events as trainer_events
 
 ROOT = Path(__file__).resolve().parents[2]

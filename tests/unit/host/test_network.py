@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mpiray.errors import ConfigError
-from mpiray.host import network
+from mpiray.host import portblocks
 
 ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -60,14 +60,14 @@ def test_two_launchers_starting_together_get_different_port_blocks():
     # Both see the same ports free (nothing listens yet); the lock decides. The same job id makes
     # both start from the same candidate, as two job ids do that hash to one slot.
     prefix = unique_prefix()
-    first = network.free_block("job-1", 2, lock_prefix=prefix)
-    second = network.free_block("job-1", 2, lock_prefix=prefix)
+    first = portblocks.free_block("job-1", 2, lock_prefix=prefix)
+    second = portblocks.free_block("job-1", 2, lock_prefix=prefix)
     assert second.base != first.base
     assert not spans(first)[0] & spans(second)[0]
     assert any(f"ports {first.base}-{first.base + 199} skipped: another process holds its lock "
                f"@{prefix}-{first.base}" == note for note in second.notes), second.notes
     first.release()
-    third = network.free_block("job-1", 2, lock_prefix=prefix)
+    third = portblocks.free_block("job-1", 2, lock_prefix=prefix)
     assert third.base == first.base
     second.release()
     third.release()
@@ -75,12 +75,12 @@ def test_two_launchers_starting_together_get_different_port_blocks():
 
 def test_a_larger_block_does_not_overlap_a_held_smaller_one():
     prefix = unique_prefix()
-    held = network.free_block("job-1", 1, lock_prefix=prefix)
+    held = portblocks.free_block("job-1", 1, lock_prefix=prefix)
     # A job (4 ranks on the host) whose first candidate covers the held block.
     job = next(f"job-{i}" for i in range(2, 10_000)
-               if 0 <= held.base - network.candidate_bases(f"job-{i}", 4)[0] < 4 * network.UNIT)
-    bigger = network.free_block(job, 4, lock_prefix=prefix)
-    assert bigger.base != network.candidate_bases(job, 4)[0]
+               if 0 <= held.base - portblocks.candidate_bases(f"job-{i}", 4)[0] < 4 * portblocks.UNIT)
+    bigger = portblocks.free_block(job, 4, lock_prefix=prefix)
+    assert bigger.base != portblocks.candidate_bases(job, 4)[0]
     assert held.base not in range(bigger.base, bigger.base + bigger.size)
     assert any(f"holds its lock @{prefix}-{held.base}" in note for note in bigger.notes), bigger.notes
     bigger.release()
@@ -93,7 +93,7 @@ def test_threads_taking_blocks_at_once_get_disjoint_ones():
 
     def take():
         start.wait(timeout=10)
-        blocks.append(network.free_block("job-1", 2, lock_prefix=prefix))
+        blocks.append(portblocks.free_block("job-1", 2, lock_prefix=prefix))
 
     threads = [threading.Thread(target=take) for _ in range(count)]
     for thread in threads:
@@ -110,8 +110,8 @@ def test_threads_taking_blocks_at_once_get_disjoint_ones():
 CHILD = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from mpiray.host import network
-block = network.free_block(sys.argv[1], 2, lock_prefix=sys.argv[2])
+from mpiray.host import portblocks
+block = portblocks.free_block(sys.argv[1], 2, lock_prefix=sys.argv[2])
 print(block.base, flush=True)
 sys.stdin.read()  # hold the block until the test closes stdin
 """
@@ -141,7 +141,7 @@ def test_a_killed_holder_leaves_no_stale_lock():
         base = int(read_line(proc))
         proc.kill()
         proc.wait(timeout=10)
-    block = network.free_block("job-1", 2, lock_prefix=prefix)
+    block = portblocks.free_block("job-1", 2, lock_prefix=prefix)
     assert block.base == base
     block.release()
 
@@ -163,37 +163,37 @@ def test_a_port_a_finished_job_left_in_time_wait_is_free_for_the_next_job():
         client.close()
     assert f":{port} " in subprocess.run(["ss", "-tanH", "state", "time-wait"], capture_output=True,
                                          text=True, timeout=10).stdout + " "
-    assert network.port_is_free(port)
+    assert portblocks.port_is_free(port)
     with socket.socket() as listener:  # while something listens there, it is not
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("", port))
         listener.listen()
-        assert not network.port_is_free(port)
+        assert not portblocks.port_is_free(port)
 
 
 def test_a_block_with_a_port_in_use_is_skipped_and_noted():
     prefix = unique_prefix()
-    first = network.candidate_bases("job-1", 1)[0]
+    first = portblocks.candidate_bases("job-1", 1)[0]
     with socket.socket() as listener:
         try:
             listener.bind(("", first + 7))
         except OSError:
             pytest.skip(f"port {first + 7} is in use on this host already")
         listener.listen()
-        block = network.free_block("job-1", 1, lock_prefix=prefix)
+        block = portblocks.free_block("job-1", 1, lock_prefix=prefix)
     assert block.base != first
     assert f"ports {first}-{first + 99} skipped: port {first + 7} is in use" in block.notes
     assert f"@{prefix}-{block.base}" in block.notes[-1] and "locked" in block.notes[-1]
     # The skipped block's lock was given back at once.
-    again = network.free_block("job-1", 1, lock_prefix=prefix)
+    again = portblocks.free_block("job-1", 1, lock_prefix=prefix)
     assert again.base == first
     again.release()
     block.release()
 
 
 def test_the_block_holding_the_gcs_port_is_skipped_and_noted():
-    first = network.candidate_bases("job-1", 2)[0]
-    block = network.free_block("job-1", 2, reserved=first + 150, lock_prefix=unique_prefix())
+    first = portblocks.candidate_bases("job-1", 2)[0]
+    block = portblocks.free_block("job-1", 2, reserved=first + 150, lock_prefix=unique_prefix())
     assert block.base != first
     assert f"ports {first}-{first + 199} skipped: they include the GCS port {first + 150}" in block.notes
     block.release()
@@ -201,7 +201,7 @@ def test_the_block_holding_the_gcs_port_is_skipped_and_noted():
 
 def test_when_every_block_is_held_the_error_says_so_within_seconds():
     prefix = unique_prefix()
-    bases = network.candidate_bases("job-1", 1)
+    bases = portblocks.candidate_bases("job-1", 1)
     holders = []
     try:
         for base in bases:
@@ -210,7 +210,7 @@ def test_when_every_block_is_held_the_error_says_so_within_seconds():
             holder.bind(f"\0{prefix}-{base}")
         started_at = time.monotonic()
         with pytest.raises(ConfigError) as error:
-            network.free_block("job-1", 1, lock_prefix=prefix)
+            portblocks.free_block("job-1", 1, lock_prefix=prefix)
         assert time.monotonic() - started_at < 2
     finally:
         for holder in holders:
@@ -223,7 +223,7 @@ def test_when_every_block_is_held_the_error_says_so_within_seconds():
 def test_locks_that_cannot_be_taken_are_reported_not_silently_dropped():
     # A lock name past the 107-byte limit of a unix socket address: the bind fails, as it would if a
     # security module refused abstract sockets.
-    block = network.free_block("job-1", 1, lock_prefix="x" * 120)
+    block = portblocks.free_block("job-1", 1, lock_prefix="x" * 120)
     assert block.locks == []
     assert block.notes[0].startswith("port locks off: binding an abstract unix socket failed")
     assert "only the port check decides" in block.notes[0]
@@ -296,10 +296,10 @@ def squatting(kind: str, names: list[str]):
 @as_root_with_nobody
 def test_another_user_holding_the_first_blocks_lock_makes_us_take_another_in_time():
     job = f"attack-{secrets.token_hex(3)}"
-    first = network.candidate_bases(job, 1)[0]
-    with squatting("SOCK_STREAM", [network.lock_name(first).removeprefix("@")]):
+    first = portblocks.candidate_bases(job, 1)[0]
+    with squatting("SOCK_STREAM", [portblocks.lock_name(first).removeprefix("@")]):
         started_at = time.monotonic()
-        block = network.free_block(job, 1)
+        block = portblocks.free_block(job, 1)
         took = time.monotonic() - started_at
         block.release()
     assert took < 2
@@ -310,10 +310,10 @@ def test_another_user_holding_the_first_blocks_lock_makes_us_take_another_in_tim
 @as_root_with_nobody
 def test_another_user_cannot_hold_our_lock_with_another_socket_type():
     job = f"attack-{secrets.token_hex(3)}"
-    first = network.candidate_bases(job, 1)[0]
-    name = network.lock_name(first).removeprefix("@")
+    first = portblocks.candidate_bases(job, 1)[0]
+    name = portblocks.lock_name(first).removeprefix("@")
     with squatting("SOCK_DGRAM", [name]), squatting("SOCK_SEQPACKET", [name]):
-        block = network.free_block(job, 1)
+        block = portblocks.free_block(job, 1)
         block.release()
     assert not any("holds its lock" in note for note in block.notes), block.notes
 
@@ -321,11 +321,11 @@ def test_another_user_cannot_hold_our_lock_with_another_socket_type():
 @as_root_with_nobody
 def test_another_user_holding_every_lock_gets_a_clear_error_in_seconds():
     prefix = unique_prefix()  # the real names would stop real launchers on this host meanwhile
-    bases = network.candidate_bases("job-1", 1)
+    bases = portblocks.candidate_bases("job-1", 1)
     with squatting("SOCK_STREAM", [f"{prefix}-{base}" for base in bases]):
         started_at = time.monotonic()
         with pytest.raises(ConfigError, match=f"{len(bases)} held by other launchers"):
-            network.free_block("job-1", 1, lock_prefix=prefix)
+            portblocks.free_block("job-1", 1, lock_prefix=prefix)
         assert time.monotonic() - started_at < 2
 
 
@@ -335,7 +335,7 @@ def test_files_another_user_plants_where_lock_files_could_be_change_nothing(tmp_
     # (its old /tmp/mpiray-ports, lock files in the sticky system dirs) and a TMPDIR of nobody's:
     # the locks are no files, so none of it can hang, redirect or switch off the locking.
     job = f"attack-{secrets.token_hex(3)}"
-    first = network.candidate_bases(job, 2)[0]
+    first = portblocks.candidate_bases(job, 2)[0]
     target = tmp_path / "roots-file"
     target.write_text("root's\n")
     before = target.stat()
@@ -366,7 +366,7 @@ def test_files_another_user_plants_where_lock_files_could_be_change_nothing(tmp_
             subprocess.run(argv, cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=10, check=True)
         monkeypatch.setenv("TMPDIR", str(nobody_tmp))
         started_at = time.monotonic()
-        block = network.free_block(job, 2)
+        block = portblocks.free_block(job, 2)
         took = time.monotonic() - started_at
         block.release()
     finally:
@@ -386,9 +386,9 @@ def test_files_another_user_plants_where_lock_files_could_be_change_nothing(tmp_
 
 
 def test_port_blocks_do_not_overlap_and_hold_every_port():
-    first, second = network.node_ports(20000), network.node_ports(20000 + network.UNIT)
+    first, second = portblocks.node_ports(20000), portblocks.node_ports(20000 + portblocks.UNIT)
     assert not set(first.all()) & set(second.all())
-    assert len(set(first.all())) == network.UNIT
+    assert len(set(first.all())) == portblocks.UNIT
 
 
 @pytest.mark.parametrize("cpus, gpus, units", [
@@ -396,23 +396,23 @@ def test_port_blocks_do_not_overlap_and_hold_every_port():
     (28, 0, 1), (36, 0, 2), (64, 0, 2), (104, 0, 3), (104, 4, 3), (128, 8, 4), (192, 0, 5),
 ])
 def test_a_nodes_block_grows_with_its_cpus_and_gpus(cpus, gpus, units):
-    assert network.node_units(cpus, gpus) == units
-    ports = network.node_ports(20000, units=units)
-    workers = ports.max_worker - ports.min_worker + 1 - network.HEAD_EXTRAS  # what a head has left for workers
+    assert portblocks.node_units(cpus, gpus) == units
+    ports = portblocks.node_ports(20000, units=units)
+    workers = ports.max_worker - ports.min_worker + 1 - portblocks.HEAD_EXTRAS  # what a head has left for workers
     assert workers >= 2 * cpus + 2 * gpus  # a worker per CPU, and as many idle ones Ray keeps and prestarts
-    assert len(set(ports.all())) == units * network.UNIT
+    assert len(set(ports.all())) == units * portblocks.UNIT
 
 
 def test_a_hosts_nodes_lie_one_after_the_other_each_with_its_own_size():
-    head, big, small = network.host_ports(20000, [1, 3, 1], gcs_port=6380)
+    head, big, small = portblocks.host_ports(20000, [1, 3, 1], gcs_port=6380)
     assert (head.gcs, head.node_manager, head.max_worker) == (6380, 20001, 20099)
     assert (big.gcs, big.min_worker, big.max_worker) == (20100, 20108, 20399)
     assert (small.node_manager, small.max_worker) == (20401, 20499)
 
 
 def test_candidate_blocks_depend_on_the_job_and_stay_in_range():
-    a = network.candidate_bases("job-1", 4)
-    b = network.candidate_bases("job-2", 4)
+    a = portblocks.candidate_bases("job-1", 4)
+    b = portblocks.candidate_bases("job-2", 4)
     assert a[0] != b[0]
     assert sorted(a) == sorted(b)
-    assert all(network.PORT_RANGE[0] <= base and base + 4 * network.UNIT <= network.PORT_RANGE[1] for base in a)
+    assert all(portblocks.PORT_RANGE[0] <= base and base + 4 * portblocks.UNIT <= portblocks.PORT_RANGE[1] for base in a)

@@ -10,7 +10,7 @@ import pytest
 
 from mpiray.config import Config
 from mpiray.elastic.registry import Entry
-from mpiray.host.network import node_ports
+from mpiray.host.portblocks import node_ports
 from mpiray.host.resources import Share
 from mpiray.rank.head import registry_entry
 from mpiray.rank.messages import Cluster, Report, Session

@@ -18,7 +18,8 @@ from mpiray.logs.events import RankLog
 from mpiray.rank import life as rank_life
 from mpiray.rank.batchjob import WALLTIME_TEARDOWN, BatchJob
 from mpiray.rank.head import Head
-from mpiray.rank.state import HEAD_LOST_EXIT, RAY_STOP_GRACE, Lost
+from mpiray.rank.state import Lost
+from mpiray.rank.timings import HEAD_LOST_EXIT, RAY_STOP_GRACE
 
 from memory_comm import Job, ScriptedLeader
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mpiray.config import Config
 from mpiray.host import gpus
-from mpiray.host.network import node_ports
+from mpiray.host.portblocks import node_ports
 from mpiray.host.resources import Share
 from mpiray.rank import nodeplan
 from mpiray.rank.messages import Session

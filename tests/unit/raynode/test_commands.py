@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from mpiray.host import network
+from mpiray.host import portblocks
 from mpiray.host.resources import Share
 from mpiray.raynode import commands
 from mpiray.raynode.commands import NodeSpec, head_command, node_env, socket_path_problem, worker_command
 
 SHARE = Share(cpus=3, gpu_ids=("0", "1"), memory=8 * 2**30, object_store=2 * 2**30)
-PORTS = network.node_ports(20000, gcs_port=6380)
+PORTS = portblocks.node_ports(20000, gcs_port=6380)
 # What is installed decides two of the flags (the tests below cover both ways): set, not detected.
 SPEC = NodeSpec("10.0.0.5", "/tmp/mpiray-0-abc-r0", SHARE, PORTS, "node1-rank0", full_agent=False, ray_client=False)
 
