@@ -12,7 +12,10 @@ the report:
   batch step;
 - Ray's own `ray symmetric-run` (2.49+): `srun ray symmetric-run --address HEAD:PORT --min-nodes 3 -- python
   driver.py` on every node. It ends with `ray stop`, which ends every Ray process of the user on each host (the
-  testbed's hosts share this machine's): run this benchmark alone; its runs are skipped while other Ray runs.
+  testbed's hosts share this machine's): run this benchmark alone. Each run waits until the test bed is idle
+  and no Ray process runs on the machine (the previous run's, or anyone's), at most 2 minutes, else it stops.
+All three use Ray's default temp dir, /tmp/ray, as their docs do; the test bed's hosts share /tmp, as the jobs
+of a shared node do.
 Each in three cases: the driver ends with 0 (ok), with 3 (fails), or is still running when the job is cancelled
 (`scancel`, as at a user's Ctrl-C or an admin's); the repeats interleaved, so that a busy minute hits all alike.
 Measures, per run:
@@ -127,13 +130,22 @@ def others_ray() -> list[int]:
     return [proc.pid for proc in psutil.process_iter(["name"]) if proc.info["name"] in ("raylet", "gcs_server")]
 
 
+def wait_until_idle(bed: testbed.Testbed, timeout: float = 120.0) -> None:
+    """Every test bed node idle (the last job's processes gone, its nodes released): each run starts alike."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = bed.run(["sinfo", "--noheader", "--Node", "--format=%T"], timeout=60).stdout.split()
+        if states and all(state == "idle" for state in states) and not others_ray():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the test bed's nodes were not idle within {timeout:g} s")
+
+
 def one_run(bed: testbed.Testbed, name: str, case: str, script: Path, scratch: Path) -> dict:
     """Submit the script as a 3-node job whose driver does what case says; its timings and what it left.
     symmetric-run ends with `ray stop`, which ends every Ray process of this user on the host (here: the
     machine): it is skipped while any other Ray runs."""
-    if name == "symmetric_run" and (running := others_ray()):
-        return {"peer": name, "case": case, "skipped": f"{len(running)} other Ray processes run on this machine",
-                "hung": False, "left": 0, "driver_code_kept": None, "exit": None}
+    wait_until_idle(bed)
     out = scratch / f"{name}-{case}-{time.monotonic_ns()}.out"
     submitted_wall = time.time()
     submitted = bed.login(["sbatch", "--parsable", "-N3", "--ntasks-per-node=1", "--cpus-per-task=2",
