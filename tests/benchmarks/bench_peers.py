@@ -22,7 +22,8 @@ Measures, per run:
 - ready s: the batch script's first line to the driver's line (it prints the time and the nodes it sees ALIVE);
 - job s: sbatch to the job's end in Slurm's completion log (polled); nodes: the nodes the driver saw (3 asked);
 - end s: the driver's line (or the cancel) to the job's end; a job not ended END_DEADLINE_S after its driver's
-  line is cancelled, and counted as hung;
+  line (or JOB_TIMEOUT_S after sbatch) is killed, and counted as hung: no end s, and its exit code is the kill's,
+  not the driver's;
 - exit: the job's exit code as Slurm records it, and whether it is the driver's (3 when it failed);
 - left: the job's processes still alive LEFT_WAIT_S after Slurm says it ended (the testbed's view: slurmstepds and
   whatever carries the job's id).
@@ -46,8 +47,8 @@ from slurm import testbed
 
 START_RAY = ROOT / "start_ray.py"
 RAY = Path(PYTHON).parent / "ray"
-JOB_TIMEOUT_S = 300.0
-END_DEADLINE_S = 90.0  # after the driver's line: a job still running then hangs (Slurm's KillWait is 10 s)
+JOB_TIMEOUT_S = 180.0  # submit to the end: a job still running then hangs (mpiray's and the docs' take ~25 s)
+END_DEADLINE_S = 60.0  # after the driver's line: a job still running then hangs (Slurm's KillWait is 10 s)
 LEFT_WAIT_S = 15.0  # after the job's end, what is still alive of it (Slurm's KillWait and a margin)
 PORT = 6379  # the Ray docs' script's and symmetric-run's default GCS port
 TARGETS = {"ready_ratio_docs": ("ge", 1.0), "ready_ratio_symmetric": ("ge", 1.0)}  # mpiray no slower than either
@@ -172,12 +173,15 @@ def one_run(bed: testbed.Testbed, name: str, case: str, script: Path, scratch: P
     ended_wall = time.time()
     text = out.read_text(errors="replace") if out.exists() else ""
     start, hello = tagged(text, "BENCH-START"), tagged(text, "BENCH-HELLO")
+    # A job that had to be killed did not end with its driver's code but with the kill's.
+    kept = (not row["hung"] and result.exit_code == DRIVER_CODE[case]) if case in DRIVER_CODE else None
     row.update(state=result.state, exit=result.exit_code, job_s=round(ended_wall - submitted_wall, 2),
-               driver_code_kept=(result.exit_code == DRIVER_CODE[case]) if case in DRIVER_CODE else None)
+               driver_code_kept=kept)
     if start and hello:
         started, seen = float(start[0][0]), float(hello[0][0])
-        row.update(ready_s=round(seen - started, 2), nodes=int(hello[0][1]),
-                   end_s=round(ended_wall - row.pop("hello_wall", seen), 2))
+        row.update(ready_s=round(seen - started, 2), nodes=int(hello[0][1]))
+        if not row["hung"]:
+            row["end_s"] = round(ended_wall - row.pop("hello_wall", seen), 2)
     time.sleep(LEFT_WAIT_S)
     row["left"] = len(testbed.job_processes(bed, job_id))
     if row["left"]:
@@ -192,7 +196,7 @@ def summary(rows: list[dict]) -> dict[str, dict]:
         for case in CASES:
             mine = [r for r in rows if r["peer"] == name and r["case"] == case and "skipped" not in r]
             ready = [r["ready_s"] for r in mine if "ready_s" in r]
-            ends = [r["end_s"] for r in mine if "end_s" in r and not r["hung"]]
+            ends = [r["end_s"] for r in mine if "end_s" in r]
             jobs = [r["job_s"] for r in mine if not r["hung"]]
             kept = [r["driver_code_kept"] for r in mine if r["driver_code_kept"] is not None]
             table[f"{name}/{case}"] = {
