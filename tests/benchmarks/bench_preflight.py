@@ -45,7 +45,7 @@ print((time.perf_counter() - started) * 1000)
 HOST_PART = """
 import time
 from pathlib import Path
-from mpiray.host import network, preflight
+from mpiray.host import portblocks, preflight
 started = time.perf_counter()
 preflight.dir_findings(Path("/tmp"), "temp", "--temp-dir")
 preflight.port_range_findings(*portblocks.PORT_RANGE)
