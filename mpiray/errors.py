@@ -64,6 +64,18 @@ class DirUnwritable(ConfigError):
     cause = "dir_unwritable"
 
 
+class DirFull(ConfigError):
+    """The pre-flight: a temp or spill dir too full (host/preflight.py's dir_full finding, raised by by_cause)."""
+
+    cause = "dir_full"
+
+
+class DirOnNetwork(ConfigError):
+    """The pre-flight: a temp dir on a network file system (its dir_network finding, raised by by_cause)."""
+
+    cause = "dir_network"
+
+
 class VersionSkew(ConfigError):
     """Ranks, a joining job or an attached driver that run other versions than the cluster."""
 

@@ -208,3 +208,16 @@ def test_no_page_shows_a_path_of_the_machine_that_recorded_it():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         found = recorded.search(page.read_text())
         assert found is None, f"{page.name} shows {found.group(0)!r}: write a path a user has (~/mpiray/, logs/)"
+
+
+def test_each_cause_a_pre_flight_refuses_with_is_a_bad_input_exit_2():
+    """rank/preflight.py raises errors.by_cause(finding.check): a refusing check's cause must name a ConfigError
+    (exit 2, as options.md says of bad input), or the job would end with 1 as if something had failed."""
+    from mpiray import errors
+
+    source = (ROOT / "mpiray" / "host" / "preflight.py").read_text()
+    refused = {node.args[1].value for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding" and len(node.args) > 1
+               and getattr(node.args[0], "id", "") == "REFUSE" and isinstance(node.args[1], ast.Constant)}
+    assert {"dir_full", "dir_network"} <= refused  # what the pre-flight refuses, read from its code
+    assert [cause for cause in sorted(refused) if not issubclass(errors.by_cause(cause), errors.ConfigError)] == []
