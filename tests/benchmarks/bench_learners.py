@@ -19,6 +19,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def main() -> int:
     finally:
         if started_here:
             testbed.down()
+        shutil.rmtree(scratch, ignore_errors=True)
     text = markdown(scaling, cost)
     print(text)
     write_report(args.out, "learners", text, {"scaling": scaling, "cost": cost}, indent=1)

@@ -24,7 +24,8 @@ Measures, per run:
 - end s: the driver's line (or the cancel) to the job's end; a job not ended END_DEADLINE_S after its driver's
   line (or JOB_TIMEOUT_S after sbatch) is killed, and counted as hung: no end s, and its exit code is the kill's,
   not the driver's;
-- exit: the job's exit code as Slurm records it, and whether it is the driver's (3 when it failed);
+- exit: the job's exit code as Slurm records it (of the jobs that ended themselves), and whether it is the driver's
+  (3 when it failed); a hung job's report lists what of it still ran at the kill;
 - left: the job's processes still alive LEFT_WAIT_S after Slurm says it ended (the testbed's view: slurmstepds and
   whatever carries the job's id).
 Ratios: each peer's median ready s over mpiray's in the same run. The targets are stated below; the report
@@ -126,6 +127,12 @@ def tagged(output: str, tag: str) -> list[str]:
     return [line.split()[1:] for line in output.splitlines() if line.startswith(tag + " ")]
 
 
+def short_command(command: str) -> str:
+    """A process's command line as the report names it: its program and first 3 arguments, paths to their names."""
+    words = command.split()
+    return " ".join([Path(words[0]).name] + [Path(w).name if w.startswith("/") else w for w in words[1:4]])
+
+
 def others_ray() -> list[int]:
     """Ray processes on this machine (the testbed's nodes share its process table)."""
     return [proc.pid for proc in psutil.process_iter(["name"]) if proc.info["name"] in ("raylet", "gcs_server")]
@@ -166,6 +173,7 @@ def one_run(bed: testbed.Testbed, name: str, case: str, script: Path, scratch: P
                 bed.run(["scancel", job_id], timeout=60)
         if now > deadline or (hello_at is not None and now - hello_at > END_DEADLINE_S):
             row["hung"] = True
+            row["alive_at_kill"] = sorted({short_command(line) for line in testbed.job_processes(bed, job_id).values()})
             bed.run(["scancel", "--signal=KILL", job_id], timeout=60)
             result = bed.wait_for_job(job_id, timeout=120)
             break
@@ -206,7 +214,8 @@ def summary(rows: list[dict]) -> dict[str, dict]:
                 "job_median_s": round(statistics.median(jobs), 2) if jobs else None,
                 "end_median_s": round(statistics.median(ends), 2) if ends else None,
                 "hung": sum(r["hung"] for r in mine), "left_max": max((r["left"] for r in mine), default=0),
-                "exit_codes": sorted({r["exit"] for r in mine}),
+                "exit_codes": sorted({r["exit"] for r in mine if not r["hung"]}),
+                "alive_at_kill": sorted({c for r in mine for c in r.get("alive_at_kill", [])}),
                 "driver_code_kept": f"{sum(kept)}/{len(kept)}" if kept else "-",
             }
     return table
@@ -231,6 +240,10 @@ def report(table: dict[str, dict], ratios: dict[str, float | None]) -> str:
         lines.append(f"| {name} | {row['runs']} | {row['ready_median_s']} ({spread}) | {row['nodes_seen']} | "
                      f"{row['job_median_s']} | {row['end_median_s']} | {row['hung']} | {row['left_max']} | "
                      f"{row['exit_codes']} | {row['driver_code_kept']} |")
+    hung = [(name, row["alive_at_kill"]) for name, row in table.items() if row["hung"]]
+    if hung:
+        lines += ["", "What still ran when a hung job was killed (the job's processes, by command):", ""]
+        lines += [f"- {name}: " + "; ".join(f"`{c}`" for c in alive) for name, alive in hung]
     lines += ["", "| ratio (peer's ready s / mpiray's, same run) | value | target | verdict |", "|---|---|---|---|"]
     for key, value in ratios.items():
         how, bound = TARGETS[key]
@@ -238,7 +251,7 @@ def report(table: dict[str, dict], ratios: dict[str, float | None]) -> str:
                      f"{verdict(value, key)} |")
     lines += ["", f"ready s: the batch script's first line to the driver's; job s: sbatch to the job's end in Slurm's "
               f"completion log; end s: the driver's line (cancel: the scancel) to that end; hung: jobs still running "
-              f"{END_DEADLINE_S:g} s after the driver's line, then killed; left: the job's processes alive "
+              f"{END_DEADLINE_S:g} s after the driver's line, then killed (exit codes: of the jobs that ended themselves); left: the job's processes alive "
               f"{LEFT_WAIT_S:g} s after its end. Ratios from the ok case."]
     return "\n".join(lines) + "\n"
 
