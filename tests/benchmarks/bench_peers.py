@@ -251,7 +251,8 @@ def report(table: dict[str, dict], ratios: dict[str, float | None]) -> str:
                      f"{verdict(value, key)} |")
     lines += ["", f"ready s: the batch script's first line to the driver's; job s: sbatch to the job's end in Slurm's "
               f"completion log; end s: the driver's line (cancel: the scancel) to that end; hung: jobs still running "
-              f"{END_DEADLINE_S:g} s after the driver's line, then killed (exit codes: of the jobs that ended themselves); left: the job's processes alive "
+              f"{END_DEADLINE_S:g} s after the driver's line, then killed (exit codes: of the jobs that ended themselves); "
+              f"left: the job's processes alive "
               f"{LEFT_WAIT_S:g} s after its end. Ratios from the ok case."]
     return "\n".join(lines) + "\n"
 
