@@ -1,6 +1,7 @@
 """mpiray as a library: one script, started by the MPI launcher, that calls mpiray.init() at the top.
 
     mpirun -np 4 .venv/bin/python jobs/init_example.py          # a laptop
+    mpirun -np 4 .venv/bin/python -m mpiray jobs/init_example.py   # the same, inside mpiray's wrapper
     srun -N 3 --ntasks-per-node=1 --cpus-per-task=8 --mpi=pmi2 python jobs/init_example.py   # in an allocation
 
 Rank 0 returns from init() connected to the whole cluster and runs the code below; every other rank

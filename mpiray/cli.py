@@ -5,6 +5,7 @@
     mpiray logs [LOG_DIR/]JOB_ID [--json] [--png FILE]
     mpiray list | mpiray attach JOB_ID -- python driver.py | mpiray dashboard JOB_ID
     mpiray submit JOB_ID -- python driver.py | mpiray jobs JOB_ID [logs|stop SUBMISSION]
+    mpirun -np N python -m mpiray my_script.py [ARGS]             (a script that calls mpiray.init(): library.py)
 
 `mpiray` alone (or --help) says what it can do. Options are declared in options.py. Bad input ends
 every task with exit code 2 before MPI starts, and only the job's first task says why, in one line.
@@ -96,7 +97,9 @@ def overview() -> str:
     for name, (what, example, _) in COMMANDS.items():
         lines += [f"  {name:<{width}}  {what}", f"  {'':<{width}}    e.g. {example}"]
     lines += ["", "In a checkout, `python start_ray.py ...` is `mpiray run ...`. In your own script: mpiray.init()",
-              "(the same options, as keywords). Every option of run also reads MPIRAY_<OPTION>."]
+              "(the same options, as keywords), run as `mpirun -np N python -m mpiray SCRIPT.py [ARGS]` (or -m MODULE):",
+              "every rank exits with the script's exit code, however it ends. Every option of run also reads",
+              "MPIRAY_<OPTION>."]
     return "\n".join(lines)
 
 
@@ -113,6 +116,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if argv[0] in COMMANDS:
         return COMMANDS[argv[0]][2](argv[1:])
+    if argv[0].endswith(".py") or (argv[0] == "-m" and len(argv) > 1):  # a script that calls mpiray.init()
+        if argv[0] != "-m" and not os.path.isfile(argv[0]):
+            say(os.environ, "error", f"no script {argv[0]!r} to run: give the path of a Python file (or -m MODULE)")
+            quiet_exit_delay(os.environ)
+            return 2
+        from mpiray import library
+
+        return library.run_script(argv)
     if argv[0].startswith("-"):
         hint = f"options belong to a command: mpiray run {' '.join(argv)}"
     else:

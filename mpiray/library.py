@@ -8,8 +8,9 @@ Every rank lives the same life as on the command line (rank.life.run); only rank
 differs: the cluster is handed to the calling script instead of a driver command (leaders/script.py:
 rank 0 runs its rank's life in a thread of its own, and its main thread returns to the script). The
 script's own end (its last line, sys.exit(n), raise SystemExit(n), an uncaught exception, a signal)
-gives the exit code that every rank exits with. os._exit() ends rank 0 without any of this: the
-other ranks are then ended by the MPI launcher.
+gives the exit code that every rank exits with: seen by the wrapper of `python -m mpiray my_script.py`
+(run_script), or under plain `python my_script.py` by an exit hook (leaders/script.py). os._exit() ends
+rank 0 without any of this: the other ranks are then ended by the MPI launcher.
 
 The other ranks serve inside init() and exit with rank 0's code; with exit=False they return None
 once the cluster stopped instead, for programs that go on with MPI (as dask-mpi's initialize(exit=False)).
@@ -21,6 +22,7 @@ import atexit
 import builtins
 import contextlib
 import os
+import runpy
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +58,9 @@ class ClusterInfo:
 
 
 _leader: ScriptLeader | None = None
+# Plain `python my_script.py`: rank 0 sees how its script ends by replacing builtins.SystemExit while it
+# runs (leaders/script.py's ExitWatch). `python -m mpiray my_script.py` (run_script) sees it itself: False.
+_watch_exit = True
 
 
 def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
@@ -84,7 +89,7 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
         if exit:
             sys.exit(code)
         return None
-    _leader = leader = ScriptLeader(config, world, log)
+    _leader = leader = ScriptLeader(config, world, log, watch_exit=_watch_exit)
     cluster = leader.begin()
     if cluster is None:  # the agent ended: the cluster did not start, and is torn down
         leader.signals.put_back(process_ends=exit)
@@ -105,6 +110,47 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
     leader.me.log.event("script_connected", gcs_address=cluster.session.gcs_address)
     atexit.register(leader.at_exit)  # after ray.init's own: runs first; before mpi4py's MPI_Finalize
     return info
+
+
+def run_script(argv: list[str]) -> int:
+    """`python -m mpiray SCRIPT.py [ARGS]` (or `-m MODULE [ARGS]`), as `python -m mpi4py` runs a script: run
+    it as `python SCRIPT.py` would (as __main__, its argv, sys.path[0] its folder), inside a wrapper that sees
+    every way it ends and replaces nothing of Python's: its last line (0), sys.exit(n) however the script bound
+    it (`from sys import exit`), raise SystemExit(n), an uncaught exception (1, its traceback shown;
+    KeyboardInterrupt 130), a stop signal (mpiray's handler raises SystemExit(128+N)). On rank 0 its code then
+    stops the cluster on every rank. The process's exit code: the job's."""
+    global _watch_exit
+    if argv[0] == "-m":
+        sys.argv = argv[1:]  # run_module puts the module's path in argv[0]
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT` sets it
+    _watch_exit = False
+    try:
+        if argv[0] == "-m":
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
+        code, how = 0, "the end of the script"
+    except builtins.SystemExit as error:
+        code, how = _exit_code(error), "SystemExit"
+    except BaseException as error:  # noqa: BLE001  (what the interpreter prints, and exits 1 for)
+        sys.excepthook(type(error), error, error.__traceback__)
+        code, how = (130 if isinstance(error, KeyboardInterrupt) else 1), "an uncaught exception"
+    if _leader is None:  # another rank (it exited inside init(), or returned None), or no init() at all
+        return code
+    return _leader.finish(code, how)
+
+
+def _exit_code(error: BaseException) -> int:
+    """The exit code the interpreter gives a SystemExit: None 0, an int itself, anything else printed and 1."""
+    code = getattr(error, "code", None)
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def shutdown(code: int = 0) -> None:

@@ -115,13 +115,13 @@ class ScriptLeader:
     the agent thread. The main thread's half: begin, connected, end, at_exit; the agent's: the Leader's
     start, poll, stop and close."""
 
-    def __init__(self, config, comm, log: RankLog | None = None) -> None:
+    def __init__(self, config, comm, log: RankLog | None = None, *, watch_exit: bool = True) -> None:
         self.config, self.comm = config, comm
         self.log = log if log is not None else RankLog(0, socket.gethostname())  # life.setup's, made here to hear it
         self.failure: tuple[str, str] | None = None  # rank 0's first failure with a cause: (its message, the cause)
         self.log.listeners.append(self._heard)
         self.signals = ScriptSignals()
-        self.exit_watch = ExitWatch()
+        self.exit_watch = ExitWatch() if watch_exit else None  # None: library.run_script sees the end itself
         self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
         self.answered = threading.Event()  # the main thread: connected, or not
         self.ended = threading.Event()  # the script ended: its code in self.code
@@ -157,8 +157,9 @@ class ScriptLeader:
         """The script's ray.init() is done (error: it failed, and the agent tears the cluster down)."""
         self.connect_error = error
         if error is None:
-            self.exit_watch.install()
-            self.signals.exit_type = self.exit_watch.exit_type
+            if self.exit_watch is not None:
+                self.exit_watch.install()
+                self.signals.exit_type = self.exit_watch.exit_type
             self.signals.take_back()
             self.signals.raising = True
         self.answered.set()
@@ -175,7 +176,8 @@ class ScriptLeader:
         self.code, self.how = code, how
         self.ended.set()
         self.agent.join()
-        self.exit_watch.uninstall()
+        if self.exit_watch is not None:
+            self.exit_watch.uninstall()
         self.signals.put_back(process_ends)
         return self.result if self.result is not None else code
 
@@ -183,13 +185,20 @@ class ScriptLeader:
         """atexit (before mpi4py's MPI_Finalize): the script ended; every rank ends with its code."""
         if self.result is not None:
             return
-        code, how = self.exit_watch.code()
+        code, how = self.exit_watch.code() if self.exit_watch is not None else (0, "the end of the process")
+        self.finish(code, how)
+
+    def finish(self, code: int, how: str) -> int:
+        """The script ended with code: stop the cluster on every rank; the job's code (the process's)."""
+        if self.result is not None:
+            return self.result
         head_lost = self.me is not None and self.me.own_node.ended() is not None
         result = self.end(code, how, process_ends=True)
         # Ray's own atexit ray.shutdown() would hang without the head; a code the agent chose (a time
         # limit the script caught) is not the interpreter's: end here, MPI finalized.
         if head_lost or result != code:
             self.comm.exit_now(result)
+        return result
 
     # ---- the agent thread (rank.Leader) --------------------------------------------------------
 

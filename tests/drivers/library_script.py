@@ -1,7 +1,8 @@
 """A user's own script on mpiray.init(), for the library's tests: `library_script.py MODE [LOG_DIR [MARKER]]`.
 
 MODE: ok (normal end), exit3 (sys.exit(3)), raise-exit3 (raise SystemExit(3)), swallowed (a SystemExit
-caught inside, then a normal end), raise (an uncaught exception), sigterm (waits for SIGTERM),
+caught inside, then a normal end), bound-exit (sys.exit bound before init(): exit(4) caught by the script's
+`except SystemExit`, then exit(3)), raise (an uncaught exception), sigterm (waits for SIGTERM),
 exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.cluster()),
 time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, with SIGTERM blocked in
 the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
@@ -21,6 +22,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from sys import exit as bound_exit  # bound before init(), as `from sys import exit` does
 
 import mpiray
 
@@ -100,6 +102,12 @@ if mode == "swallowed":
         sys.exit(5)
     except SystemExit:
         pass
+if mode == "bound-exit":
+    try:
+        bound_exit(4)
+    except SystemExit as caught:
+        print(f"CAUGHT {caught.code}", flush=True)
+    bound_exit(3)
 if mode == "raise":
     raise RuntimeError("the user's script failed")
 if mode == "sigterm":

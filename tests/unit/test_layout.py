@@ -29,6 +29,7 @@ DEFERRED = {
     ("mpiray.rank.life", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray.library", "mpiray.rank.mpi"): "importing mpi4py is MPI_Init: only once the options are valid",
     ("mpiray", "mpiray.library"): "`import mpiray` stays cheap for helper processes and scripts",
+    ("mpiray.cli", "mpiray.library"): "a script's run alone (`python -m mpiray my_script.py`): not every rank's start",
     ("mpiray", "mpiray.elastic.submit"): "`import mpiray` stays cheap: mpiray.jobs_client is a login node's",
     # What one kind of job needs, off the start of every rank of every job (--dry-run at 64 ranks: bench_preflight.py)
     ("mpiray.rank.head", "mpiray.elastic.autoscale"): "an elastic cluster's alone",
@@ -194,6 +195,7 @@ STILL_WRITTEN = {
     "mpiray.elastic.registry": {"entry.heartbeat"},
     "mpiray.leaders.script": {"builtins.SystemExit", "sys.excepthook", "sys.exit", "self.signals.raising",
                               "self.signals.pending", "self.signals.exit_type", "watch.uncaught", "watch.last"},
+    "mpiray.library": {"sys.argv"},  # run_script: the script's own argv, as `python my_script.py` sets it
     "mpiray.logs.report.analyse": {"entry.logged_until_s", "entry.cause", "entry.error_s", "entry.error",
                                    "entry.status"},
     "mpiray.logs.report.parse": {f"facts.{name}" for name in (

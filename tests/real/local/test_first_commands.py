@@ -40,8 +40,11 @@ def test_the_laptop_job_trains_one_iteration_on_four_nodes_and_keeps_its_checkpo
     assert_nothing_left(Launch(result.returncode, result.stdout, result.stderr, only_job_dir(tmp_path / "logs"), 0))
 
 
-def test_the_init_example_runs_under_mpirun_as_its_docstring_says(tmp_path):
-    argv = as_printed(ROOT / "jobs" / "init_example.py", "mpirun -np 4 .venv/bin/python jobs/init_example.py")
+@pytest.mark.parametrize("command", ["mpirun -np 4 .venv/bin/python jobs/init_example.py",
+                                     "mpirun -np 4 .venv/bin/python -m mpiray jobs/init_example.py"],
+                         ids=["plain", "wrapped"])
+def test_the_init_example_runs_under_mpirun_as_its_docstring_says(tmp_path, command):
+    argv = as_printed(ROOT / "jobs" / "init_example.py", command)
     argv[0] = str(ROOT / ".venv" / "bin" / "mpirun")  # the venv's MPI, as the quick start puts it on PATH
     env = {**os.environ, "MPIRAY_LOG_DIR": str(tmp_path / "logs")}
     result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)

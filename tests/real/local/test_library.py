@@ -33,9 +33,13 @@ SCRIPT = ROOT / "tests" / "drivers" / "library_script.py"
 STOP_GRACE_S = 30  # --stop-grace's default, as docs/options.md gives it
 
 
-def run_script(tmp_path: Path, mode: str, ranks: int = 2, timeout: float = 180) -> tuple[subprocess.CompletedProcess, Path]:
+WRAPPER = ("-m", "mpiray")  # docs/library.md's way: the script inside a wrapper that sees how it ends
+
+
+def run_script(tmp_path: Path, mode: str, ranks: int = 2, timeout: float = 180,
+               wrapper: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, Path]:
     mpirun = [str(BIN / "mpirun"), "-np", str(ranks)] if ranks else []
-    result = subprocess.run([*mpirun, sys.executable, str(SCRIPT), mode, str(tmp_path / "logs")],
+    result = subprocess.run([*mpirun, sys.executable, *wrapper, str(SCRIPT), mode, str(tmp_path / "logs")],
                             cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     (job_dir,) = (tmp_path / "logs").iterdir()
     return result, job_dir
@@ -109,10 +113,11 @@ def test_rank_0_is_connected_to_every_node_and_the_others_never_return(tmp_path)
     assert_every_rank_ended_with(job_dir, 2, 0)
 
 
-@pytest.mark.parametrize("mode, code", [
-    pytest.param("exit3", 3, marks=pytest.mark.smoke_mpi), ("raise-exit3", 3), ("raise", 1), ("swallowed", 0)])
-def test_rank_0s_exit_code_is_every_ranks_however_the_script_ends(tmp_path, mode, code):
-    result, job_dir = run_script(tmp_path, mode)
+@pytest.mark.parametrize("mode, code, wrapper", [
+    pytest.param("exit3", 3, (), marks=pytest.mark.smoke_mpi), ("raise-exit3", 3, ()), ("raise", 1, ()),
+    ("swallowed", 0, ()), ("exit3", 3, WRAPPER), ("raise", 1, WRAPPER), ("swallowed", 0, WRAPPER)])
+def test_rank_0s_exit_code_is_every_ranks_however_the_script_ends(tmp_path, mode, code, wrapper):
+    result, job_dir = run_script(tmp_path, mode, wrapper=wrapper)
     assert result.returncode == code, result.stderr
     assert result.stderr.count("Traceback (most recent call last)") == (1 if mode == "raise" else 0)
     assert "RuntimeError: the user's script failed" in result.stderr or mode != "raise"
@@ -120,9 +125,29 @@ def test_rank_0s_exit_code_is_every_ranks_however_the_script_ends(tmp_path, mode
     assert_every_rank_ended_with(job_dir, 2, code)
 
 
-def test_time_limit_stops_the_script_with_124_on_every_rank(tmp_path):
+def test_under_the_wrapper_a_script_that_bound_sys_exit_before_init_keeps_its_own_except_and_code(tmp_path):
+    # `from sys import exit` before init(), `except SystemExit:` in the script: python -m mpiray replaces
+    # no builtin, so the script catches its own exit(4), and its exit(3) is every rank's code.
+    result, job_dir = run_script(tmp_path, "bound-exit", wrapper=WRAPPER)
+    assert result.returncode == 3, result.stderr
+    assert tagged_lines(result.stdout, "CAUGHT") == [4], result.stdout
+    assert last_event(job_dir, 0, "script_ended") == {"code": 3, "how": "SystemExit"}
+    assert_every_rank_ended_with(job_dir, 2, 3)
+
+
+def test_the_wrapper_refuses_a_missing_script_in_one_line_before_mpi(tmp_path):
+    result = subprocess.run([sys.executable, *WRAPPER, str(tmp_path / "no_such.py")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"mpiray: error: no script {str(tmp_path / 'no_such.py')!r} to run: "
+                                                  "give the path of a Python file (or -m MODULE)"]
+
+
+@pytest.mark.parametrize("wrapper", [(), WRAPPER], ids=["plain", "wrapped"])
+def test_time_limit_stops_the_script_with_124_on_every_rank(tmp_path, wrapper):
     started = time.monotonic()
-    result, job_dir = run_script(tmp_path, "time-limit")  # init(time_limit=4, stop_grace=3), then sleep(60)
+    # init(time_limit=4, stop_grace=3), then sleep(60)
+    result, job_dir = run_script(tmp_path, "time-limit", wrapper=wrapper)
     took = time.monotonic() - started
     assert result.returncode == 124, result.stderr[-3000:]
     assert "SLEEPING" in result.stdout and "SLEPT TO THE END" not in result.stdout
