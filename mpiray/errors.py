@@ -76,6 +76,12 @@ class DirOnNetwork(ConfigError):
     cause = "dir_network"
 
 
+class TooFewNodes(ConfigError):
+    """--bad-nodes exclude: the hosts the pre-flight refused leave fewer Ray nodes than --min-nodes."""
+
+    cause = "too_few_nodes"
+
+
 class VersionSkew(ConfigError):
     """Ranks, a joining job or an attached driver that run other versions than the cluster."""
 

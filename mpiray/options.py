@@ -175,6 +175,13 @@ OPTIONS = (
            choices=("rank", "host")),
     Option("join_window", 64, "the most worker nodes joining the head at once; the window starts at 8 and adapts "
            "to how fast nodes register", values.positive_count),
+    Option("bad_nodes", "exclude", "a worker's host that the pre-flight refuses (its temp or spill dir, the image, "
+           "the port range): exclude it (its ranks run no Ray; the hosts named, with a ready --exclude= line in "
+           "LOG_DIR/JOB_ID/excluded_hosts) or refuse the whole job (exit 2); rank 0's host is never excluded",
+           choices=("exclude", "refuse")),
+    Option("min_nodes", 0, "--bad-nodes exclude: the fewest Ray nodes the job starts with; fewer left is exit 2, "
+           "and more than the job has is bad input (exit 2)", values.count, shown_default="2, or every node of a "
+           "smaller job"),
     Option("gcs_core", "auto", "on the head's host, when unbound ranks share it, the other Ray nodes run on every "
            "CPU but one, left to the GCS; auto: on hosts of 8 CPUs or more", choices=("auto", "on", "off")),
     Option("progress", "auto", "rank 0's live start-up line ('12/24 ranks ready, 8 joining') on stdout; auto: "

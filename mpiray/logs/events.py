@@ -81,6 +81,9 @@ KINDS = event_kinds(
     preflight=(INFO, "pre-flight: {summary}"),
     preflight_warning=(WARNING, "pre-flight on {host}: {message}; {fix}"),
     preflight_fixed=(INFO, "pre-flight on {host}: {message}"),
+    nodes_excluded=(WARNING, "pre-flight: {hosts} left out of the cluster ({nodes} of {requested} Ray nodes start): "
+                             "{why}; for the next submission: {exclude}"),
+    host_refused=(WARNING, "the pre-flight refused this host, which runs no Ray: {why}"),
     spill_dir=(INFO, "Ray spills objects to {path} (made by this rank: {made})"),
     resource_note=(INFO, "resources: {note}"),
     container=(INFO, "this node's Ray runs in {reference} (container {name}), with {binds} bound"),
@@ -107,7 +110,8 @@ KINDS = event_kinds(
     join_granted=(INFO, "join slot for rank {peer} ({in_use} of a window of {window} in use)"),
     worker_joined=(INFO, "rank {peer}'s node at {ip} joined ({cpus:g} CPUs, {gpus:g} GPUs, {memory_gib:.1f} GiB, "
                          "{seconds:.1f} s)"),  # + node_id, peer_host
-    worker_idle=(INFO, "rank {peer} is idle: its host's Ray node runs on the host's first rank"),
+    worker_idle=(INFO, "rank {peer} runs no Ray node: its host's runs on the host's first rank, or the pre-flight "
+                       "left its host out"),
     cluster_ready=(INFO, "all {workers} workers reported: {nodes} Ray nodes, {cpus:g} CPUs, {gpus:g} GPUs, ready "
                          "after {seconds:.1f} s"),
     node_manifest=(INFO, "node manifest: {ip} ({interface}), ports {listening}, Ray {ray}, token {token}"),

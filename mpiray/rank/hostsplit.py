@@ -11,8 +11,9 @@ from mpiray.rank.messages import LOCAL, HostPlan, Idle, PlanRefused
 from mpiray.rank.state import Rank
 
 
-def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan | Idle:
-    """Split this host among its ranks: this rank's plan (its share and ports), or Idle."""
+def split_host(me: Rank, job_id: str, gcs_port: int = 0, *, refused: str = "") -> HostPlan | Idle:
+    """Split this host among its ranks: this rank's plan (its share and ports), or Idle. refused (the host's
+    first rank's: what the pre-flight refused here): every rank of the host idles, with that as its reason."""
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
     plan: HostPlan | Idle | PlanRefused | None
@@ -21,7 +22,7 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0) -> HostPlan | Idle:
         if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
         views = [me.view] + [others[r] for r in range(1, host_comm.size)]
-        plans = _plan_for(me, views, job_id, gcs_port)
+        plans = [Idle(refused)] * len(views) if refused else _plan_for(me, views, job_id, gcs_port)
         for local, each in enumerate(plans[1:], start=1):
             host_comm.send(each, local, LOCAL)
         plan = plans[0]

@@ -88,7 +88,9 @@ class HostPlan(NamedTuple):
 
 class Idle(NamedTuple):
     """LOCAL, instead of a HostPlan: this rank runs no Ray node (--ray-node-per host: the host's first rank's
-    node is the host's)."""
+    node is the host's; or the pre-flight refused its host, and excluded says why)."""
+
+    excluded: str = ""
 
 
 class PlanRefused(NamedTuple):

@@ -46,6 +46,7 @@ class RealNode:
         self.node: RayNode | None = None  # once prepared
         self.session: Session | None = None  # the job's, once prepared
         self.image: containers.ImageFacts | None = None  # where it runs in the job's container
+        self.spill_made: Path | None = None  # the host's spill dir, where this rank made it (make_spill_dir)
 
     @property
     def spec(self) -> commands.NodeSpec | None:
@@ -56,6 +57,10 @@ class RealNode:
         return self.node is not None and self.node.alive
 
     def idle(self) -> NoNode:
+        """No node here after all (one per host, or a host the pre-flight refused): the spill dir it made for
+        the host's nodes goes, unless it is --spill-dir's, which other hosts may share."""
+        if self.spill_made is not None and self.context.config.spill_dir is None:
+            spill.remove_node(self.spill_made, None)
         return NoNode(self.context)
 
     @property
@@ -76,7 +81,9 @@ class RealNode:
             if config.spill_dir is not None:
                 spill.prepare(config.spill_dir)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
             path = nodeplan.job_spill_dir(config, job_id)
-            self.context.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=spill.make(path))
+            made = spill.make(path)
+            self.spill_made = path if made else None
+            self.context.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=made)
         except ConfigError as error:
             return [Finding(REFUSE, error.cause or "dir_unwritable", str(error))]
         return []

@@ -15,7 +15,7 @@ import time
 
 from mpiray import errors
 from mpiray.deadline import Deadline
-from mpiray.errors import ConfigError, ImageFailed, VersionSkew
+from mpiray.errors import ConfigError, ImageFailed, TooFewNodes, VersionSkew
 from mpiray.host import portblocks, preflight, sites
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
 from mpiray.rank.messages import HELLO, Hello
@@ -165,13 +165,31 @@ def gather(me: Rank) -> dict[int, Hello]:
     return hellos
 
 
+def refusal(findings: list[Finding]) -> str:
+    """What the pre-flight refuses among a host's findings (the first refusal, and how many more), or ""."""
+    refused = [f for f in findings if f.level == REFUSE]
+    more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+    return f"{refused[0].message}{more}" if refused else ""
+
+
 def judge(me: Rank, hellos: dict[int, Hello]) -> None:
-    """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal."""
+    """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal.
+    --bad-nodes exclude: refused hosts other than rank 0's are left out instead (their ranks idle: worker.py),
+    as long as --min-nodes Ray nodes remain."""
     own = Hello(me.host, str(me.log.path), versions(me), host_findings(me, True))
     every = {0: own, **hellos}
+    requested = len(every) if me.config.ray_node_per == "rank" else len({hello.host for hello in every.values()})
+    if me.config.min_nodes > requested:
+        raise ConfigError(f"--min-nodes {me.config.min_nodes} is more than this job's {requested} Ray nodes: give at "
+                          f"most {requested} (or 0: 2, or every node of a smaller job)")
+    findings = [(hello.host, f) for _, hello in sorted(every.items()) for f in hello.findings]
+    refused = [(host, f) for host, f in findings if f.level == REFUSE]
+    excluding = bool(refused) and me.config.bad_nodes == "exclude" and all(host != me.host for host, _ in refused)
+    left_out = {host for host, _ in refused} if excluding else set()
     groups: dict[tuple, list[int]] = {}
     for rank, hello in sorted(every.items()):
-        groups.setdefault(tuple(sorted(hello.versions.items())), []).append(rank)
+        if hello.host not in left_out:  # what an excluded host runs (a failed image: nothing) is not the cluster's
+            groups.setdefault(tuple(sorted(hello.versions.items())), []).append(rank)
     rows, lines = [], []
     for ranks in sorted(groups.values(), key=len, reverse=True):
         hosts = sorted({every[r].host for r in ranks})
@@ -185,23 +203,67 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
         lines.append(f"site {site.name} ({site.title}): " + ", ".join(f"{k} {v}" for k, v in applied.items() if k != "site"))
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     me.log.event("preflight", groups=rows, summary=" / ".join(lines))
-    findings = [(hello.host, f) for _, hello in sorted(every.items()) for f in hello.findings]
     for host, finding in findings:
         if finding.level in (WARN, FIXED):
             me.log.event("preflight_warning" if finding.level == WARN else "preflight_fixed", check=finding.check,
                          host=host, message=finding.message, fix=finding.fix)
-    refused = [(host, f) for host, f in findings if f.level == REFUSE]
     refused.sort(key=lambda found: found[1].check != "image_failed")  # an image that does not run: say that first
-    if refused and refused[0][1].check == "image_failed":
+    if refused and refused[0][1].check == "image_failed" and not excluding:
         host, first = refused[0]
         raise ImageFailed(f"on {host}: {first.message}; {first.fix}" if first.fix else f"on {host}: {first.message}")
     if len(rows) > 1:
         raise VersionSkew(_skew(rows))
-    if refused:
+    if excluding:
+        exclude(me, every, refused, requested)
+    elif refused:
         host, first = refused[0]
-        others = f" (and {len(refused) - 1} more: see the log)" if len(refused) > 1 else ""
+        hosts = sorted({h for h, _ in refused} - {host})
+        others = f" (and on {', '.join(hosts)}: see the log)" if hosts else ""
         fix = f"; {first.fix}" if first.fix else ""
         raise errors.by_cause(first.check)(f"on {host}: {first.message}{fix}{others}")
+
+
+EXCLUDED_FILE = "excluded_hosts"  # in the job's log dir: the hosts left out, and the line for the next submission
+
+
+def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]], requested: int) -> None:
+    """--bad-nodes exclude: the refused hosts left out (said on the console, in the log, and in the job's
+    excluded_hosts file with the scheduler's exclude line); TooFewNodes (exit 2) if fewer than --min-nodes remain."""
+    config = me.config
+    why: dict[str, list[Finding]] = {}
+    for host, finding in refused:
+        why.setdefault(host, []).append(finding)
+    ranks_of: dict[str, int] = {}
+    for hello in every.values():
+        ranks_of[hello.host] = ranks_of.get(hello.host, 0) + 1
+    nodes = requested - sum(ranks_of[host] if config.ray_node_per == "rank" else 1 for host in why)
+    text = "; ".join(f"{host}: {found[0].check}: {found[0].message}" for host, found in sorted(why.items()))
+    need = config.min_nodes or min(2, requested)
+    if nodes < need:
+        raise TooFewNodes(f"the pre-flight refused {len(why)} host(s), which leaves {nodes} of the {requested} Ray "
+                          f"nodes, fewer than --min-nodes {need}: {text}")
+    hosts = sorted(why)
+    line = exclude_line(me.env.scheduler, hosts)
+    try:
+        path = me.current_session.job_dir(config.log_dir) / EXCLUDED_FILE
+        path.write_text("".join(f"{host}\t{found[0].check}\t{found[0].message}\n" for host, found in sorted(why.items()))
+                        + f"# for the next submission: {line}\n")
+    except OSError:
+        pass  # the console and the log say it too
+    print(f"mpiray: pre-flight: left out {', '.join(hosts)} ({nodes} of {requested} Ray nodes start): {text}; "
+          f"next time: {line}", flush=True)
+    me.log.event("nodes_excluded", hosts=", ".join(hosts), nodes=nodes, requested=requested, why=text, exclude=line,
+                 checks={host: [f.check for f in found] for host, found in why.items()})
+
+
+def exclude_line(scheduler: str, hosts: list[str]) -> str:
+    """What leaves hosts out of the next submission, ready to paste where the scheduler has an option for it."""
+    listed = ",".join(hosts)
+    if scheduler == "slurm":
+        return f"sbatch --exclude={listed}"
+    if scheduler == "pbs":  # PBS has no exclude list: select's chunks name the hosts to use
+        return f"leave {listed} out of qsub's -l select (host=NAME per chunk)"
+    return f"leave {listed} out of the MPI launcher's hosts (--hosts, the hostfile)"
 
 
 def _skew(rows: list[dict]) -> str:

@@ -48,11 +48,16 @@ class Worker:
         me.session = session
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         me.log_started()
-        me.comm.send(preflight.hello(me), 0, HELLO)  # what it runs, what its host's first rank found
-        plan = split_host(me, session.ports_job_id)
-        if isinstance(plan, Idle):  # one Ray node per host, not this rank's
+        hello = preflight.hello(me)  # what it runs, what its host's first rank found
+        me.comm.send(hello, 0, HELLO)
+        # A host the pre-flight refuses starts no Ray: rank 0 excludes it (--bad-nodes exclude) or ends the job.
+        plan = split_host(me, session.ports_job_id, refused=preflight.refusal(hello.findings))
+        if isinstance(plan, Idle):  # one Ray node per host, not this rank's; or a refused host
             me.own_node = me.own_node.idle()
-            me.log.event("idle_by_design")
+            if plan.excluded:
+                me.log.event("host_refused", why=plan.excluded)
+            else:
+                me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)
             return
         spec = start_node(me, plan.share, plan.ports, head=False)

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -340,3 +341,18 @@ def make_private_dir_in_a_process_that_ends(root: Path) -> Path:
 
 OLDEST = ROOT / ".envs" / "ray-2.52" / "bin" / "python"  # the oldest Ray's environment (tests/envs.sh ray-2.52)
 SPILLER = ROOT / "tests" / "drivers" / "spiller.py"
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs: needs root")
+
+
+@contextmanager
+def tmpfs(size: str) -> Iterator[Path]:
+    """A small RAM file system of its own, mounted for the test (root), unmounted after."""
+    point = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)], check=True, timeout=30)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
+        point.rmdir()

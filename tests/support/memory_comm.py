@@ -5,6 +5,7 @@ Job runs a whole job so (rank.life.run on each thread), ScriptedLeader stands fo
 from __future__ import annotations
 
 import pickle
+import socket
 import threading
 import time
 from collections import deque
@@ -164,9 +165,22 @@ class ScriptedLeader:
         pass
 
 
+class HostNames:
+    """socket.gethostname() as each rank's thread sees it: the host the in-memory world puts it on (a test
+    monkeypatches socket.gethostname with it, so that the ranks' logs and HELLOs name distinct hosts)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.real = socket.gethostname
+
+    def __call__(self) -> str:
+        return getattr(self.local, "host", None) or self.real()
+
+
 class Job:
-    def __init__(self, tmp_path, size: int, leader, config: Config, missing=(), configs=None, hosts=None):
-        self.size, self.leader, self.world = size, leader, World(size, hosts)
+    def __init__(self, tmp_path, size: int, leader, config: Config, missing=(), configs=None, hosts=None,
+                 names: HostNames | None = None):
+        self.size, self.leader, self.world, self.names = size, leader, World(size, hosts), names
         self.job_dir = config.log_dir / config.job_id
         self.stops = [StopRequest() for _ in range(size)]
         self.codes: dict[int, int] = {}
@@ -176,6 +190,8 @@ class Job:
             thread.start()
 
     def _rank(self, rank: int, config: Config) -> None:
+        if self.names is not None:
+            self.names.local.host = self.world.host_of[rank]
         self.codes[rank] = rank_life.run(config, self.leader if rank == 0 else None, self.world.comm(rank),
                                          stop=self.stops[rank])
 

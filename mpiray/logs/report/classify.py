@@ -58,6 +58,11 @@ CAUSES = {
         "a node reached a GCS that is not its own cluster's, or that refused its token",
         "check that nothing else listens on the head's address and port, and that every rank of the job runs "
         "the same mpiray (its token reaches every node in the session message)"),
+    "too_few_nodes": Cause(
+        "the pre-flight refused so many hosts (their temp or spill dir, the image, the port range) that fewer Ray "
+        "nodes than --min-nodes would remain",
+        "fix or leave out the refused hosts (the message names each and why; sbatch --exclude=), or lower "
+        "--min-nodes; --bad-nodes refuse ends the job at the first bad host instead"),
     "version_skew": Cause(
         "the ranks run different Ray or Python versions",
         "start every rank from the same environment: the same venv, module or container on every node"),

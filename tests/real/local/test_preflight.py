@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,27 +30,14 @@ from helpers import (
     last_event,
     launch,
     launcher_argv,
+    needs_root,
     new_job_id,
     rank_events,
+    tmpfs,
 )
 from process_control import wait_for
 
 STORE = 80 * 2**20  # the object store of each node: Ray's least is 75 MiB
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs: needs root")
-
-
-@contextmanager
-def tmpfs(size: str):
-    """A small RAM file system of its own, mounted for the test (root), unmounted after."""
-    point = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)], check=True, timeout=30)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
-        point.rmdir()
-
-
 @contextmanager
 def sshfs_mount(root: Path):
     """A directory on a real network file system: sshfs (FUSE over SSH) from an sshd of the test's own on a

@@ -1,20 +1,33 @@
-"""The pre-flight across the 3 hosts of the Slurm testbed: a log dir per host is a warning; spilling leaves nothing."""
+"""The pre-flight across the 3 hosts of the Slurm testbed: a log dir per host is a warning; a host it refuses is left
+out (--bad-nodes exclude) or ends the job (refuse); spilling leaves nothing."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers import (
+    BIN,
     JOB_TIMEOUT_S,
     OLDEST,
     PYTHON,
     SPILLER,
     START_RAY,
     driver_report,
+    needs_root,
     rank_events,
+    tmpfs,
 )
 
 STORE = 80 * 2**20  # the object store of each node: Ray's least is 75 MiB
+NODES = "import ray; ray.init(); print('NODES', sum(n['Alive'] for n in ray.nodes()), flush=True)"
+
+
+def full_temp_dir_on(bed, jobs, tmp_path, bad: str, full, *options: str):
+    """srun -N3 with the last host's temp dir (MPIRAY_TEMP_DIR there alone) on a full file system."""
+    return bed.run(["srun", f"--job-name={jobs.name}", "-N3", "-n3", "--cpus-per-task=2", "--mpi=pmi2", "bash", "-c",
+                    f'if [ "$(hostname)" = {bad} ]; then export MPIRAY_TEMP_DIR={full}; fi; exec "$@"', "bash", PYTHON,
+                    str(START_RAY), "--log-dir", str(tmp_path / "logs"), *options, "--", PYTHON, "-c", NODES],
+                   timeout=JOB_TIMEOUT_S)
 
 
 def test_a_log_dir_each_host_has_its_own_is_a_warning_naming_where_the_logs_are(slurm_testbed, jobs, tmp_path):
@@ -53,3 +66,38 @@ def test_a_driver_that_spills_three_times_its_store_on_three_hosts_leaves_nothin
     assert spilled["nodes"] == 3 and spilled["node_dirs"] == 3 and spilled["files"] >= 3, spilled
     assert list(root.iterdir()) == []  # the job's spill dir, and every node's objects, removed
     jobs.wait_until_gone(job_dir.name)
+
+
+@needs_root
+def test_a_host_whose_temp_dir_is_full_is_left_out_and_named_with_the_line_for_the_next_job(slurm_testbed, jobs,
+                                                                                              tmp_path):
+    """--bad-nodes exclude (the default): the cluster starts on the two good hosts, the console, the log, `mpiray logs`
+    and the job's excluded_hosts file name the bad one with why and `sbatch --exclude=`; --bad-nodes refuse ends the
+    job with exit 2 naming it, before any Ray starts."""
+    bed = slurm_testbed
+    bad = bed.node_names[2]
+    with tmpfs("1m") as full:
+        (full / "filler").write_bytes(b"x" * (1024 * 1024 - 4096 * 4))  # 95% or more of it: Ray cannot spill there
+        result = full_temp_dir_on(bed, jobs, tmp_path, bad, full)
+        refused = full_temp_dir_on(bed, jobs, tmp_path / "refuse", bad, full, "--bad-nodes", "refuse")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "NODES 2" in result.stdout
+    assert f"mpiray: pre-flight: left out {bad} (2 of 3 Ray nodes start): {bad}: dir_full: the temp dir {full} is " \
+           in result.stdout
+    assert f"next time: sbatch --exclude={bad}" in result.stdout
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    (left_out,) = [r["fields"] for r in rank_events(job_dir, 0) if r["event"] == "nodes_excluded"]
+    assert left_out["hosts"] == bad and left_out["exclude"] == f"sbatch --exclude={bad}"
+    assert [r["event"] for r in rank_events(job_dir, 2) if r["event"] == "host_refused"] == ["host_refused"]
+    assert (job_dir / "excluded_hosts").read_text().startswith(f"{bad}\tdir_full\t")
+    logs = bed.run([str(BIN / "mpiray"), "logs", str(job_dir)], timeout=60)
+    assert "left out of the cluster (2 of 3 Ray nodes start)" in logs.stdout, logs.stdout[-3000:]
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert f"on {bad}: the temp dir {full} is " in refused.stderr
+    assert "NODES" not in refused.stdout
+    (refused_dir,) = (tmp_path / "refuse" / "logs").iterdir()
+    jobs.ids.append(refused_dir.name)
+    assert not [r for r in rank_events(refused_dir, 0) if r["event"] == "head_alive"]
+    jobs.wait_until_gone(job_dir.name)
+    jobs.wait_until_gone(refused_dir.name)
