@@ -64,6 +64,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         driver=head.driver if head else "",
         driver_exit_code=head.driver_code if head else None,
         batch_job=head.batch_job if head else None,
+        left_out=head.left_out if head else None,
         earlier_runs=max((f.earlier_runs for f in facts.values()), default=0),
         cluster=ranks,
         phases=_phases(head, ranks, facts, rel),

@@ -64,6 +64,17 @@ class FoundCause:
 
 
 @dataclass
+class LeftOut:
+    """The worker hosts the pre-flight refused and left out of the cluster (--bad-nodes exclude)."""
+
+    hosts: str  # comma-separated
+    nodes: int  # the Ray nodes that started
+    requested: int  # of those the job asked for
+    why: str  # each host's first refusal
+    exclude: str  # the line that leaves them out of the next submission
+
+
+@dataclass
 class JobReport:
     """A job read back from its rank logs (analyse.analyse)."""
 
@@ -76,6 +87,7 @@ class JobReport:
     driver: str
     driver_exit_code: int | None
     batch_job: dict[str, Any] | None
+    left_out: LeftOut | None  # hosts the pre-flight left out of the cluster
     earlier_runs: int  # runs of a re-used job id before the one shown
     cluster: list[RankEntry]
     phases: list[Phase]

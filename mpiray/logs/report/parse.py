@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from mpiray.logs.events import ERROR, WARNING, text
+from mpiray.logs.report.model import LeftOut
 
 EPOCH = datetime(1970, 1, 1)
 
@@ -123,6 +124,7 @@ class RankFacts:
     warnings: list[tuple[float, str]] = field(default_factory=list)
     hints: list[Hint] = field(default_factory=list)  # warnings that name a cause: a mistake that may explain a failure
     batch_job: dict | None = None  # rank 0: the batch job as its scheduler showed it (batch_job's fields)
+    left_out: LeftOut | None = None  # rank 0: the hosts the pre-flight left out (nodes_excluded)
     peers: dict[int, Peer] = field(default_factory=dict)  # rank 0: what it heard of the others
     manifest: dict | None = None  # node_manifest's fields
     missing: list[int] = field(default_factory=list)  # rank 0: the ranks that did not join in time
@@ -253,5 +255,8 @@ _READERS = {
     "processes_stopped": _stopped,
     "node_manifest": _set(manifest=lambda t, f: dict(f)),
     "batch_job": _set(batch_job=lambda t, f: dict(f)),
+    "nodes_excluded": _set(left_out=lambda t, f: LeftOut(str(f.get("hosts", "")), int(f.get("nodes", 0)),
+                                                         int(f.get("requested", 0)), str(f.get("why", "")),
+                                                         str(f.get("exclude", "")))),
     "exit": _set(exit_time=lambda t, f: t, exit_code=lambda t, f: f.get("code")),
 }

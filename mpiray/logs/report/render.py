@@ -138,6 +138,10 @@ def _notes(report: JobReport) -> list[str]:
     if retried:
         out.append("joins tried again: " + ", ".join(f"rank {e.rank} ({e.join_attempts} attempts)" for e in retried[:20])
                    + (f" and {len(retried) - 20} more" if len(retried) > 20 else ""))
+    if report.left_out is not None:
+        left = report.left_out
+        out.append(f"left out by the pre-flight: {left.hosts} ({left.nodes} of {left.requested} Ray nodes started): "
+                   f"{_short(left.why, 200)}; next submission: {left.exclude}")
     warnings = report.warnings
     if warnings:
         first = warnings[0]

@@ -92,7 +92,7 @@ def test_a_host_whose_temp_dir_is_full_is_left_out_and_named_with_the_line_for_t
     assert [r["event"] for r in rank_events(job_dir, 2) if r["event"] == "host_refused"] == ["host_refused"]
     assert (job_dir / "excluded_hosts").read_text().startswith(f"{bad}\tdir_full\t")
     logs = bed.run([str(BIN / "mpiray"), "logs", str(job_dir)], timeout=60)
-    assert "left out of the cluster (2 of 3 Ray nodes start)" in logs.stdout, logs.stdout[-3000:]
+    assert f"left out by the pre-flight: {bad} (2 of 3 Ray nodes started)" in logs.stdout, logs.stdout[-3000:]
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert f"on {bad}: the temp dir {full} is " in refused.stderr
     assert "NODES" not in refused.stdout

@@ -153,6 +153,18 @@ def test_a_reused_job_id_shows_the_last_run_only():
     assert earlier == 1 and records[0]["event"] == "waiting_for_session" and len(records) == 8
 
 
+def test_hosts_the_preflight_left_out_are_named_with_the_line_for_the_next_submission():
+    records = replace(OK_RANK0, "worker_joined", rank0("17.764", "nodes_excluded", hosts="node2", nodes=1, requested=2,
+                                                       why="node2: dir_full: the temp dir /tmp is 97% full",
+                                                       exclude="sbatch --exclude=node2", checks={"node2": ["dir_full"]}),
+                      rank0("17.765", "worker_idle", peer=1, peer_host="node2"))
+    report = analyse(records, None)
+    assert report.left_out is not None and (report.left_out.hosts, report.left_out.nodes) == ("node2", 1)
+    assert ("left out by the pre-flight: node2 (1 of 2 Ray nodes started): node2: dir_full: the temp dir /tmp is 97% "
+            "full; next submission: sbatch --exclude=node2") in render.format_report(report)
+    assert analyse(OK_RANK0, OK_RANK1).left_out is None
+
+
 def test_idle_ranks_and_the_library_front_end():
     records = replace(OK_RANK0, "worker_joined", rank0("17.764", "worker_idle", peer=1, peer_host="node2"))
     records = replace(records, "driver_started", rank0("17.800", "script_connected", gcs_address="192.0.2.2:27200"))
@@ -185,7 +197,7 @@ def test_warnings_and_errors_with_tracebacks_read_in_one_line():
 # `mpiray logs --json` is a promise to scripts: its keys change only with this table (and docs/logs.md).
 JSON_KEYS = {
     "report": {"autoscaler", "batch_job", "causes", "cluster", "driver", "driver_exit_code", "earlier_runs",
-               "exit_code", "first_error", "hosts", "job_dir", "job_dir_changed_s", "job_id", "joined_jobs",
+               "exit_code", "first_error", "hosts", "job_dir", "job_dir_changed_s", "job_id", "joined_jobs", "left_out",
                "driver_events", "lost_nodes", "manifests", "never_reported", "nodes_over_time", "phases", "planned_joins",
                "ranks", "started", "unfinished", "warnings"},
     "cluster": {"cause", "error", "error_s", "exit_code", "first_s", "has_log", "host", "ip", "job_error_s",
