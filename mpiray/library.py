@@ -117,8 +117,9 @@ def run_script(argv: list[str]) -> int:
     it as `python SCRIPT.py` would (as __main__, its argv, sys.path[0] its folder), inside a wrapper that sees
     every way it ends and replaces nothing of Python's: its last line (0), sys.exit(n) however the script bound
     it (`from sys import exit`), raise SystemExit(n), an uncaught exception (1, its traceback shown;
-    KeyboardInterrupt 130), a stop signal (mpiray's handler raises SystemExit(128+N)). On rank 0 its code then
-    stops the cluster on every rank. The process's exit code: the job's."""
+    KeyboardInterrupt 130), a stop signal (mpiray's handler raises SystemExit(128+N)). The code, to exit with:
+    on rank 0 init()'s exit hook then stops the cluster on every rank with it, after the script's threads and
+    its own exit hooks, as under plain `python SCRIPT.py`."""
     global _watch_exit
     if argv[0] == "-m":
         sys.argv = argv[1:]  # run_module puts the module's path in argv[0]
@@ -137,9 +138,9 @@ def run_script(argv: list[str]) -> int:
     except BaseException as error:  # noqa: BLE001  (what the interpreter prints, and exits 1 for)
         sys.excepthook(type(error), error, error.__traceback__)
         code, how = (130 if isinstance(error, KeyboardInterrupt) else 1), "an uncaught exception"
-    if _leader is None:  # another rank (it exited inside init(), or returned None), or no init() at all
-        return code
-    return _leader.finish(code, how)
+    if _leader is not None:  # rank 0, once init() connected it (other ranks exit inside init() or return None)
+        _leader.script_returned(code, how)
+    return code
 
 
 def _exit_code(error: BaseException) -> int:
@@ -175,7 +176,7 @@ def cluster(*, exit: bool = True, comm=None, **options) -> Iterator[ClusterInfo 
     try:
         yield info
     except BaseException as error:
-        code = error.code if isinstance(error, builtins.SystemExit) and isinstance(error.code, int) else 1
+        code = _exit_code(error) if isinstance(error, builtins.SystemExit) else 1
         raise
     finally:
         shutdown(code)

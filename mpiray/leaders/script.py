@@ -122,6 +122,7 @@ class ScriptLeader:
         self.log.listeners.append(self._heard)
         self.signals = ScriptSignals()
         self.exit_watch = ExitWatch() if watch_exit else None  # None: library.run_script sees the end itself
+        self.returned: tuple[int, str] | None = None  # run_script's (code, how the script ended)
         self.handed_over = threading.Event()  # the agent: the cluster is up (or the agent ended)
         self.answered = threading.Event()  # the main thread: connected, or not
         self.ended = threading.Event()  # the script ended: its code in self.code
@@ -181,24 +182,26 @@ class ScriptLeader:
         self.signals.put_back(process_ends)
         return self.result if self.result is not None else code
 
+    def script_returned(self, code: int, how: str) -> None:
+        """library.run_script's: the script's main body ended so (the exit hook stops the cluster with it, after
+        the script's threads and its own exit hooks); a stop signal now only tells the agent."""
+        self.returned = (code, how)
+        self.signals.raising = False
+
     def at_exit(self) -> None:
         """atexit (before mpi4py's MPI_Finalize): the script ended; every rank ends with its code."""
         if self.result is not None:
             return
-        code, how = self.exit_watch.code() if self.exit_watch is not None else (0, "the end of the process")
-        self.finish(code, how)
-
-    def finish(self, code: int, how: str) -> int:
-        """The script ended with code: stop the cluster on every rank; the job's code (the process's)."""
-        if self.result is not None:
-            return self.result
+        if self.returned is not None:
+            code, how = self.returned
+        else:
+            code, how = self.exit_watch.code() if self.exit_watch is not None else (0, "the end of the process")
         head_lost = self.me is not None and self.me.own_node.ended() is not None
         result = self.end(code, how, process_ends=True)
         # Ray's own atexit ray.shutdown() would hang without the head; a code the agent chose (a time
         # limit the script caught) is not the interpreter's: end here, MPI finalized.
         if head_lost or result != code:
             self.comm.exit_now(result)
-        return result
 
     # ---- the agent thread (rank.Leader) --------------------------------------------------------
 

@@ -223,7 +223,7 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
         raise errors.by_cause(first.check)(f"on {host}: {first.message}{fix}{others}")
 
 
-EXCLUDED_FILE = "excluded_hosts"  # in the job's log dir: the hosts left out, and the line for the next submission
+EXCLUDED_FILE = "excluded_hosts"  # in the job's log dir (join-ID-excluded_hosts: a joining job's), the hosts left out
 
 
 def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]], requested: int) -> None:
@@ -245,7 +245,8 @@ def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]
     hosts = sorted(why)
     line = exclude_line(me.env.scheduler, hosts)
     try:
-        path = me.current_session.job_dir(config.log_dir) / EXCLUDED_FILE
+        session = me.current_session  # a joining job's file has its prefix: the cluster's own is another job's
+        path = session.job_dir(config.log_dir) / f"{session.prefix}{EXCLUDED_FILE}"
         path.write_text("".join(f"{host}\t{found[0].check}\t{found[0].message}\n" for host, found in sorted(why.items()))
                         + f"# for the next submission: {line}\n")
     except OSError:

@@ -315,8 +315,10 @@ def test_exit_false_returns_none_after_the_cluster_stopped_and_mpi_goes_on(tmp_p
     assert_every_rank_ended_with(job_dir, 2, 0)
 
 
-def test_a_cluster_that_did_not_start_is_a_launch_error_with_rank_0s_reason_and_cause(tmp_path):
-    result, job_dir = run_script(tmp_path, "port-in-use", ranks=0)
+@pytest.mark.parametrize("wrapper", [(), WRAPPER], ids=["plain", "wrapped"])
+def test_a_cluster_that_did_not_start_is_a_launch_error_with_rank_0s_reason_and_cause(tmp_path, wrapper):
+    # The script catches the LaunchError and exits 0: its code, not the launch's, under the wrapper too.
+    result, job_dir = run_script(tmp_path, "port-in-use", ranks=0, wrapper=wrapper)
     assert result.returncode == 0, result.stderr
     refused = driver_report(result.stdout, "REFUSED", result.stderr)
     assert (refused["code"], refused["cause"]) == (2, "port_in_use")

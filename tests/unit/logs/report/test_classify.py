@@ -73,7 +73,8 @@ def test_a_job_that_failed_without_an_error_event_is_the_drivers_or_a_signals_do
 
 def test_the_report_says_why_with_the_fix():
     report = JobReport(job_id="j", job_dir="/j", ranks=1, hosts=["n1"], started=None, exit_code=1, driver="",
-                       driver_exit_code=124, batch_job=None, left_out=None, earlier_runs=0, cluster=[], phases=[], first_error=None,
+                       driver_exit_code=124, batch_job=None, left_out=None, earlier_runs=0, cluster=[], phases=[],
+                       first_error=None,
                        never_reported=[], unfinished=[], job_dir_changed_s=None, warnings=[], lost_nodes=[],
                        causes=classify([entry(0, "failed", "time_limit", "ran past --time-limit")], {}, {}, 124, driver_code=124),
                        driver_events=[], manifests={}, joined_jobs=[], planned_joins=[], autoscaler=[], nodes_over_time=[])
