@@ -175,14 +175,15 @@ def summarize(report: dict, measures: dict) -> dict:
     seconds = {name: median([r["seconds"] for r in runs]) for name, runs in measures.items()}
     spread = {name: [min(r["seconds"] for r in runs), max(r["seconds"] for r in runs)]
               for name, runs in measures.items() if runs}
-    summary = {"median_s": seconds, "min_max_s": spread, "ratio": {}, "exit_s": {}, "exit_s_max": {}, "left": 0}
+    summary = {"median_s": seconds, "min_max_s": spread, "ratio": {}, "exit_s": {}, "exit_s_max": {}, "left": 0,
+               "left_by_hand": 0}
     for name, value in seconds.items():  # each to the by-hand start of as many nodes (slurm3: none measured)
         reference = seconds.get(REFERENCE_OF.get(name, ""))
         if value is not None and reference:
             summary["ratio"][name] = value / reference
     for name, runs in measures.items():
-        if name in BY_HAND:
-            summary["left"] += sum(len(r["left"]) for r in runs)
+        if name in BY_HAND:  # Ray's own processes after a by-hand start: not the launcher's to answer for
+            summary["left_by_hand"] += sum(len(r["left"]) for r in runs)
             continue
         summary["exit_s"][name] = median([r["exit_after_last_line_s"] for r in runs])
         summary["exit_s_max"][name] = max((r["exit_after_last_line_s"] for r in runs), default=None)
@@ -241,7 +242,8 @@ def markdown(report: dict) -> str:
             worst = s["exit_s_max"][name]
             shown = sec(s["exit_s"][name]) + (f" (max {worst:.2f} s)" if worst is not None else "")
             row(f"4. driver's last line → job exit, {labels[name]}", shown, "", "exit_s", s["exit_s"][name])
-    row("4. processes left after the jobs (all runs)", str(s["left"]), "", "left", s["left"])
+    row("4. processes left after the launcher's jobs (all its runs)", str(s["left"]), "", "left", s["left"])
+    row("4. processes left after the by-hand starts (all; the harness ends them)", str(s.get("left_by_hand", 0)))
     idle = report.get("idle")
     if idle:
         cpus = ", ".join(f"rank {r}: {v:.2f}%" for r, v in idle["rank_cpu_pct"].items())
