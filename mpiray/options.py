@@ -177,7 +177,8 @@ OPTIONS = (
            "to how fast nodes register", values.positive_count),
     Option("bad_nodes", "exclude", "a worker's host that the pre-flight refuses (its temp or spill dir, the image, "
            "the port range): exclude it (its ranks run no Ray; the hosts named, with a ready --exclude= line in "
-           "LOG_DIR/JOB_ID/excluded_hosts) or refuse the whole job (exit 2); rank 0's host is never excluded",
+           "LOG_DIR/JOB_ID/excluded_hosts) or refuse the whole job (exit 2); rank 0's host is never excluded, "
+           "and --autoscale always refuses",
            choices=("exclude", "refuse")),
     Option("min_nodes", 0, "--bad-nodes exclude: the fewest Ray nodes the job starts with; fewer left is exit 2, "
            "and more than the job has is bad input (exit 2)", values.count, shown_default="2, or every node of a "

@@ -184,7 +184,9 @@ def judge(me: Rank, hellos: dict[int, Hello]) -> None:
                           f"most {requested} (or 0: 2, or every node of a smaller job)")
     findings = [(hello.host, f) for _, hello in sorted(every.items()) for f in hello.findings]
     refused = [(host, f) for host, f in findings if f.level == REFUSE]
-    excluding = bool(refused) and me.config.bad_nodes == "exclude" and all(host != me.host for host, _ in refused)
+    # With --autoscale the job's own node count is in Ray's autoscaler config already: a refusal ends the job.
+    excluding = (bool(refused) and me.config.bad_nodes == "exclude" and not me.config.autoscale
+                 and all(host != me.host for host, _ in refused))
     left_out = {host for host, _ in refused} if excluding else set()
     groups: dict[tuple, list[int]] = {}
     for rank, hello in sorted(every.items()):
