@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 
 from mpiray import errors
 from mpiray.deadline import Deadline
@@ -235,9 +236,7 @@ def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]
     why: dict[str, list[Finding]] = {}
     for host, finding in refused:
         why.setdefault(host, []).append(finding)
-    ranks_of: dict[str, int] = {}
-    for hello in every.values():
-        ranks_of[hello.host] = ranks_of.get(hello.host, 0) + 1
+    ranks_of = Counter(hello.host for hello in every.values())
     nodes = requested - sum(ranks_of[host] if config.ray_node_per == "rank" else 1 for host in why)
     text = "; ".join(f"{host}: {found[0].check}: {found[0].message}" for host, found in sorted(why.items()))
     need = config.min_nodes or min(2, requested)
