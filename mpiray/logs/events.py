@@ -99,7 +99,9 @@ KINDS = event_kinds(
     worker_will_connect=(INFO, "this worker's node at {ip} will join {gcs_address}"),
     compat_note=(INFO, "Ray compatibility: {note}"),  # + key
     join_retry=(WARNING, "{reason}; the head is up: starting this rank's node again (attempt {attempt} of "
-                         "{attempts})"),
+                         "{attempts}; stopped what the last one left: {stopped})"),
+    head_retry=(WARNING, "{reason}; starting the head's node again (attempt {attempt} of {attempts}; stopped what "
+                         "the last one left: {stopped})"),
     head_alive=(INFO, "head ALIVE at {gcs_address} (node {node_id:.12}, {cpus:g} CPUs, {gpus:g} GPUs, "
                       "{memory_gib:.1f} GiB)"),  # + ip
     node_alive=(INFO, "this worker's node is ALIVE at {ip} (node {node_id:.12}, {cpus:g} CPUs, {gpus:g} GPUs, "

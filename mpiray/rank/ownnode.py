@@ -32,7 +32,7 @@ from mpiray.raynode.gcs import NodeInfo, gcs_answers
 from mpiray.raynode.node import RayNode
 from mpiray.raynode.raycompat import ray_version
 
-JOIN_ATTEMPTS = 3
+START_ATTEMPTS = 3
 
 
 class RealNode:
@@ -128,21 +128,21 @@ class RealNode:
             log.event("dashboard", port=spec.ports.dashboard, listen=spec.dashboard_host)
 
     def up(self, joins: bool, between: Callable[[], None]) -> NodeInfo:
-        self.ray.release()
-        return self._join(between) if joins else self._wait_until_alive(between)
-
-    def _join(self, between: Callable[[], None]) -> NodeInfo:
-        """This worker's node ALIVE: a `ray start` that failed as an overloaded GCS makes it fail (Ray gives a
-        raylet 30 s to register) is started again while the head is up, at most JOIN_ATTEMPTS times."""
+        """This node ALIVE. A `ray start` that failed as an overloaded host or GCS makes it fail (Ray gives a
+        raylet 30 s to register) is started again, at most START_ATTEMPTS times within --startup-timeout: a
+        worker's while the head answers (join_retry), the head's at once (head_retry): no worker has met it yet."""
         assert self.session is not None  # prepared
-        for attempt in range(1, JOIN_ATTEMPTS + 1):
+        self.ray.release()
+        for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return self._wait_until_alive(between)
             except NodeStartFailed as failure:
-                if attempt == JOIN_ATTEMPTS or not failure.retryable or not gcs_answers(self.session.gcs_address):
+                if attempt == START_ATTEMPTS or not failure.retryable or (
+                        joins and not gcs_answers(self.session.gcs_address)):
                     raise
-                self.context.log.event("join_retry", reason=str(failure), attempt=attempt + 1, attempts=JOIN_ATTEMPTS)
-                self.ray.restart(RAY_STOP_GRACE)
+                stopped = self.ray.restart(RAY_STOP_GRACE)
+                self.context.log.event("join_retry" if joins else "head_retry", reason=str(failure),
+                                       attempt=attempt + 1, attempts=START_ATTEMPTS, stopped=list(stopped.pids))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _wait_until_alive(self, between: Callable[[], None]) -> NodeInfo:

@@ -132,11 +132,13 @@ class RayNode:
         if self.remove_container:
             self.guard.remove_container(self.remove_container, self.container_monitor)
 
-    def restart(self, grace: float) -> None:
-        """After a failed start: stop what is left of it, start `ray start` again and let it go."""
-        self.stop(grace)
+    def restart(self, grace: float) -> processes.StopReport:
+        """After a failed start: stop what is left of it, start `ray start` again and let it go. Returns what was
+        stopped."""
+        stopped = self.stop(grace)
         self._start(self._argv, self._env, self._affinity, self.spec)
         self.release()
+        return stopped
 
     def release(self) -> None:
         """Let `ray start` go (see starter.py)."""

@@ -183,7 +183,8 @@ def driver_report(output: str, tag: str, stderr: str = "") -> dict:
 def fail_join(marker: str, variable: str = "FAIL_JOIN") -> dict[str, str]:
     """The environment of a run whose worker `ray start`s fail as an overloaded GCS makes them fail: the first
     one (marker: a path it makes), or every one (marker: "always"); with variable="HANG_JOIN", the first one hangs
-    instead. The hook is the test's own: a sitecustomize on PYTHONPATH (tests/hooks/fail_join), nothing in mpiray."""
+    instead; with variable="FAIL_HEAD", the first head's fails so, in Ray's own code, after its processes started.
+    The hook is the test's own: a sitecustomize on PYTHONPATH (tests/hooks/fail_join), nothing in mpiray."""
     hooks = str(ROOT / "tests" / "hooks" / "fail_join")
     return {variable: marker, "PYTHONPATH": os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))}
 

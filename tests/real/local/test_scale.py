@@ -17,6 +17,7 @@ from helpers import (
     new_job_id,
     rank_events,
 )
+from process_control import alive_pids
 
 MANY_ACTORS = ROOT / "tests" / "drivers" / "many_actors.py"
 KESTREL_CPUS = 104  # a standard NREL Kestrel node
@@ -55,6 +56,20 @@ def test_a_join_that_fails_as_an_overloaded_gcs_makes_it_is_retried(tmp_path):
     retries = [run.event(rank, "join_retry") for rank in (1, 2) if run.event(rank, "join_retry")]
     assert len(retries) == 1 and retries[0]["attempt"] == 2 and "timed out during startup" in retries[0]["reason"]
     assert run.probe()["nodes"] == 3
+    assert_nothing_left(run)
+
+
+def test_a_head_whose_raylet_did_not_register_in_time_is_started_again(tmp_path):
+    # The head's first `ray start` raises Ray's own "timed out during startup": the hook stops its raylet (SIGSTOP),
+    # as a CI run's overloaded host starved it, and lets Ray's 30 s pass at once.
+    run = launch(tmp_path, 2, env=fail_join(str(tmp_path / "failed-once"), "FAIL_HEAD"), tag="headretry")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "failed-once").exists()
+    retry = run.event(0, "head_retry")
+    assert retry["attempt"] == 2 and "timed out during startup" in retry["reason"], retry
+    assert run.event(1, "join_retry") is None  # the workers waited for the head: none failed
+    assert run.probe()["nodes"] == 2
+    assert not alive_pids(retry["stopped"])  # what the first start left, if anything: stopped before the second
     assert_nothing_left(run)
 
 
