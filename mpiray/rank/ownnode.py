@@ -58,10 +58,8 @@ class RealNode:
 
     def idle(self) -> NoNode:
         """No node here after all (one per host, or a host the pre-flight refused): the spill dir it made for
-        the host's nodes goes, unless it is --spill-dir's, which other hosts may share."""
-        if self.spill_made is not None and self.context.config.spill_dir is None:
-            spill.remove_node(self.spill_made, None)
-        return NoNode(self.context)
+        the host's nodes goes at this rank's end (NoNode.close)."""
+        return NoNode(self.context, spill_dir=self.spill_made)
 
     @property
     def ray(self) -> RayNode:

@@ -15,7 +15,7 @@ from mpiray.host.preflight import Finding
 from mpiray.host.resources import HostView
 from mpiray.logs.events import RankLog
 from mpiray.rank.messages import Session
-from mpiray.raynode import commands
+from mpiray.raynode import commands, spill
 from mpiray.raynode import container as containers
 from mpiray.raynode.gcs import NodeInfo
 
@@ -102,8 +102,18 @@ class PlannedNode:
 
 
 class NoNode(PlannedNode):
-    """rank.contracts.OwnNode of an idle rank (one Ray node per host, and this rank is not the host's first): it starts
-    nothing and plans nothing; its host's first rank holds the ports. What it must never do raises."""
+    """rank.contracts.OwnNode of an idle rank (one Ray node per host, and this rank is not the host's first; or a
+    host the pre-flight refused): it starts nothing and plans nothing; its host's first rank holds the ports. What
+    it must never do raises. spill_dir: the job's spill dir this rank made, removed at its end (close) once no
+    node's objects are left there, not before: the path can be other hosts' too (a shared /tmp, --spill-dir)."""
+
+    def __init__(self, context: NodeContext, spill_dir: Path | None = None) -> None:
+        super().__init__(context)
+        self.spill_dir = spill_dir
+
+    def close(self) -> None:
+        if self.spill_dir is not None:
+            spill.remove_node(self.spill_dir, None)
 
     def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
         raise AssertionError("an idle rank holds no port block: its host's first rank does")
