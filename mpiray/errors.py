@@ -76,6 +76,12 @@ class DirOnNetwork(ConfigError):
     cause = "dir_network"
 
 
+class SlowLink(ConfigError):
+    """The pre-flight's link check: a host far slower than its peers, or that none reached (rank/links.py)."""
+
+    cause = "slow_link"
+
+
 class TooFewNodes(ConfigError):
     """--bad-nodes exclude: the hosts the pre-flight refused leave fewer Ray nodes than --min-nodes."""
 

@@ -183,6 +183,9 @@ OPTIONS = (
     Option("min_nodes", 0, "--bad-nodes exclude: the fewest Ray nodes the job starts with; fewer left is exit 2, "
            "and more than the job has is bad input (exit 2)", values.count, shown_default="2, or every node of a "
            "smaller job"),
+    Option("slow_link", 0.25, "the pre-flight's link check (jobs of 3 hosts or more; TCP between the hosts' first "
+           "ranks on their Ray addresses, ~1 s): a host whose link sends or receives below this fraction of the "
+           "median host's is refused (--bad-nodes); 0: no check", values.fraction),
     Option("gcs_core", "auto", "on the head's host, when unbound ranks share it, the other Ray nodes run on every "
            "CPU but one, left to the GCS; auto: on hosts of 8 CPUs or more", choices=("auto", "on", "off")),
     Option("progress", "auto", "rank 0's live start-up line ('12/24 ranks ready, 8 joining') on stdout; auto: "

@@ -117,6 +117,13 @@ def positive_seconds(value: str | float) -> float:
     return number
 
 
+def fraction(value: str | float) -> float:
+    number = _number(float, value)
+    if not 0 <= number < 1:
+        raise BadValue(f"must be a fraction from 0 up to (not including) 1, e.g. 0.25, got {value}")
+    return number
+
+
 def port(value: str | int) -> int:
     number = _number(int, value)
     if not 0 <= number <= 65535:

@@ -81,6 +81,8 @@ KINDS = event_kinds(
     preflight=(INFO, "pre-flight: {summary}"),
     preflight_warning=(WARNING, "pre-flight on {host}: {message}; {fix}"),
     preflight_fixed=(INFO, "pre-flight on {host}: {message}"),
+    link_check=(INFO, "pre-flight: links: {summary} (judged against --slow-link {floor:g}: {judged})"),
+    link_check_failed=(WARNING, "pre-flight: this host takes no part in the link check: {problem}"),
     nodes_excluded=(WARNING, "pre-flight: {hosts} left out of the cluster ({nodes} of {requested} Ray nodes start): "
                              "{why}; for the next submission: {exclude}"),
     host_refused=(WARNING, "the pre-flight refused this host, which runs no Ray: {why}"),

@@ -30,6 +30,9 @@ JOIN = 7  # rank 0 -> a worker: the head is ALIVE and this worker holds a join s
 SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
 DRAINING = 10  # rank 0 -> all: Ray is told that the nodes go (walltime): a node that ends now is drained, not lost
+PROBE = 11  # rank 0 -> each host's first rank that listens for the link check (Hello.link): a Probe
+PROBED = 12  # ... back to rank 0: what it measured (host.links.Figures)
+VERDICT = 13  # rank 0 -> the same: what the link check refuses of its host ("" for nothing)
 
 
 class Message(NamedTuple):
@@ -76,6 +79,16 @@ class Hello(NamedTuple):
     log: str
     versions: dict[str, str]  # name -> version, in preflight.ORDER
     findings: list[Finding]
+    link: str = ""  # where its host's first rank listens for the link check (rank/links.py), "" for not at all
+
+
+@dataclass(frozen=True)
+class Probe:
+    """PROBE: the link check's key, the peers this host sends to (host, address), how many send to it."""
+
+    key: bytes
+    peers: tuple[tuple[str, str], ...]
+    expected: int
 
 
 class HostPlan(NamedTuple):

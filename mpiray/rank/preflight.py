@@ -124,11 +124,12 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     return found
 
 
-def hello(me: Rank) -> Hello:
-    """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found."""
+def hello(me: Rank, link: str = "") -> Hello:
+    """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found, where it listens
+    for the link check (rank/links.py)."""
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
-    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared))
+    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared), link)
 
 
 def make_marker(me: Rank) -> str:
@@ -173,12 +174,16 @@ def refusal(findings: list[Finding]) -> str:
     return f"{refused[0].message}{more}" if refused else ""
 
 
-def judge(me: Rank, hellos: dict[int, Hello]) -> None:
+def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | None = None) -> None:
     """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal.
     --bad-nodes exclude: refused hosts other than rank 0's are left out instead (their ranks idle: worker.py),
-    as long as --min-nodes Ray nodes remain."""
+    as long as --min-nodes Ray nodes remain. added: host -> findings from across the hosts (the link check's)."""
     own = Hello(me.host, str(me.log.path), versions(me), host_findings(me, True))
     every = {0: own, **hellos}
+    to_add = dict(added or {})
+    for rank, each in sorted(every.items()):  # once per host: its first rank's HELLO holds the host's findings
+        if to_add.get(each.host):
+            every[rank] = each._replace(findings=[*each.findings, *to_add.pop(each.host)])
     requested = len(every) if me.config.ray_node_per == "rank" else len({hello.host for hello in every.values()})
     if me.config.min_nodes > requested:
         raise ConfigError(f"--min-nodes {me.config.min_nodes} is more than this job's {requested} Ray nodes: give at "

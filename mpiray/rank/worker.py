@@ -7,7 +7,7 @@ import time
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, StartupTimeout
-from mpiray.rank import preflight
+from mpiray.rank import links, preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
     CONTROL,
@@ -48,10 +48,18 @@ class Worker:
         me.session = session
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         me.log_started()
-        hello = preflight.hello(me)  # what it runs, what its host's first rank found
-        me.comm.send(hello, 0, HELLO)
+        listener = links.listen(me)  # its host's first rank: the link check's
+        try:
+            hello = preflight.hello(me, listener.address if listener else "")  # what it runs, what its host has
+            me.comm.send(hello, 0, HELLO)
+            refused = preflight.refusal(hello.findings)
+            if listener is not None:
+                refused = links.take_part(me, listener) or refused
+        finally:
+            if listener is not None:
+                listener.close()
         # A host the pre-flight refuses starts no Ray: rank 0 excludes it (--bad-nodes exclude) or ends the job.
-        plan = split_host(me, session.ports_job_id, refused=preflight.refusal(hello.findings))
+        plan = split_host(me, session.ports_job_id, refused=refused)
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's; or a refused host
             me.own_node = me.own_node.idle()
             if plan.excluded:

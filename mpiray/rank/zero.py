@@ -12,7 +12,7 @@ from typing import Container
 from mpiray.deadline import Deadline
 from mpiray.errors import WorkerFailed, WorkersMissing
 from mpiray.logs import progress
-from mpiray.rank import preflight
+from mpiray.rank import links, preflight
 from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.messages import (
     CONTROL,
@@ -133,7 +133,9 @@ class RankZero:
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
-        preflight.judge(me, self.hellos)
+        slow, takers = links.check(me, self.hellos)
+        preflight.judge(me, self.hellos, slow)
+        links.tell(me, slow, takers)
 
     def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing

@@ -15,6 +15,7 @@ from mpiray.options import OPTIONS
 TAKEN = [
     (values.seconds, "300", 300.0), (values.seconds, "0", 0.0), (values.seconds, "1e7", 1e7),
     (values.positive_seconds, "0.5", 0.5),
+    (values.fraction, "0", 0.0), (values.fraction, "0.25", 0.25),
     (values.count, "0", 0), (values.count, "1000000", 10**6),
     (values.positive_count, "1", 1),
     (values.port, "0", 0), (values.port, "65535", 65535),
@@ -51,6 +52,8 @@ REFUSED = [
     (values.seconds, "1e400", "must be a finite number, got '1e400'"),
     (values.seconds, "1e8", "must be at most 10000000 seconds (~115 days), got 1e8"),
     (values.positive_seconds, "0", "must be > 0 seconds, got 0"),
+    (values.fraction, "1", "must be a fraction from 0 up to (not including) 1, e.g. 0.25, got 1"),
+    (values.fraction, "-0.1", "must be a fraction from 0 up to (not including) 1, e.g. 0.25, got -0.1"),
     (values.count, "1.5", "not a number: '1.5' (give a whole number, e.g. 4)"),
     (values.count, "-1", "must be >= 0, got -1"),
     (values.count, "1000001", "must be at most 1000000, got 1000001"),

@@ -58,6 +58,11 @@ CAUSES = {
         "a node reached a GCS that is not its own cluster's, or that refused its token",
         "check that nothing else listens on the head's address and port, and that every rank of the job runs "
         "the same mpiray (its token reaches every node in the session message)"),
+    "slow_link": Cause(
+        "the pre-flight's link check found a host whose link sends or receives far below its peers' (below "
+        "--slow-link of the median host's), or that no peer reached on its Ray address",
+        "leave the host out (the exclude line mpiray printed), and ask the site to check its link; --bad-nodes "
+        "exclude (the default) starts without it; --slow-link 0 turns the check off"),
     "too_few_nodes": Cause(
         "the pre-flight refused so many hosts (their temp or spill dir, the image, the port range) that fewer Ray "
         "nodes than --min-nodes would remain",

@@ -1,7 +1,12 @@
-"""The pre-flight across the 3 hosts of the Slurm testbed: a log dir per host is a warning; a host it refuses is left
-out (--bad-nodes exclude) or ends the job (refuse); spilling leaves nothing."""
+"""The pre-flight across the 3 hosts of the Slurm testbed: a log dir per host is a warning; a host it refuses (a full
+temp dir, a link throttled with tc) is left out (--bad-nodes exclude) or ends the job (refuse); spilling leaves
+nothing."""
 
 from __future__ import annotations
+
+import contextlib
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +33,19 @@ def full_temp_dir_on(bed, jobs, tmp_path, bad: str, full, *options: str):
                     f'if [ "$(hostname)" = {bad} ]; then export MPIRAY_TEMP_DIR={full}; fi; exec "$@"', "bash", PYTHON,
                     str(START_RAY), "--log-dir", str(tmp_path / "logs"), *options, "--", PYTHON, "-c", NODES],
                    timeout=JOB_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def throttled(bed, name: str, rate: str = "4mbit"):
+    """What the host sends on its Ray network (eth0) throttled with tc's token bucket, as a degraded link is."""
+    (node,) = [node for node in bed.nodes if node.name == name]
+    tc = ["nsenter", f"--net={node.netns_path}", "tc", "qdisc"]
+    subprocess.run([*tc, "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
+                   check=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run([*tc, "del", "dev", "eth0", "root"], check=True, timeout=30)
 
 
 def test_a_log_dir_each_host_has_its_own_is_a_warning_naming_where_the_logs_are(slurm_testbed, jobs, tmp_path):
@@ -97,6 +115,47 @@ def test_a_host_whose_temp_dir_is_full_is_left_out_and_named_with_the_line_for_t
     assert f"on {bad}: the temp dir {full} is " in refused.stderr
     assert "NODES" not in refused.stdout
     (refused_dir,) = (tmp_path / "refuse" / "logs").iterdir()
+    jobs.ids.append(refused_dir.name)
+    assert not [r for r in rank_events(refused_dir, 0) if r["event"] == "head_alive"]
+    jobs.wait_until_gone(job_dir.name)
+    jobs.wait_until_gone(refused_dir.name)
+
+
+@needs_root
+def test_a_host_whose_link_is_throttled_is_named_with_its_figure_and_left_out(slurm_testbed, jobs, tmp_path):
+    """tc throttles what the last host sends to 4 Mbit/s: the link check names it with its figure, the cluster
+    starts on the two others; --bad-nodes refuse ends the job with exit 2 naming it, before any Ray starts."""
+    bed = slurm_testbed
+    bad = bed.node_names[2]
+
+    def srun(log_dir, *options):
+        return bed.run(["srun", f"--job-name={jobs.name}", "-N3", "-n3", "--cpus-per-task=2", "--mpi=pmi2", PYTHON,
+                        str(START_RAY), "--log-dir", str(log_dir), *options, "--", PYTHON, "-c", NODES],
+                       timeout=JOB_TIMEOUT_S)
+
+    with throttled(bed, bad):
+        result = srun(tmp_path / "logs")
+        refused = srun(tmp_path / "refuse", "--bad-nodes", "refuse")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "NODES 2" in result.stdout
+    (links,) = [line for line in result.stdout.splitlines() if line.startswith("mpiray: pre-flight: links")]
+    assert f"{bad} " in links and links.count("(slow)") == 1 and links.index(bad) < links.index("(slow)"), links
+    assert f"mpiray: pre-flight: left out {bad} (2 of 3 Ray nodes start): {bad}: slow_link: its link sends at " \
+        in result.stdout
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    (check,) = [r["fields"] for r in rank_events(job_dir, 0) if r["event"] == "link_check"]
+    figures = check["hosts"]
+    assert figures[bad]["send_mbit"] < 20, figures  # tc's 4 Mbit/s, with its burst
+    assert all(row["send_mbit"] > 200 and row["receive_mbit"] > 200 for host, row in figures.items() if host != bad)
+    assert set(check["refused"]) == {bad}
+    assert (job_dir / "excluded_hosts").read_text().startswith(f"{bad}\tslow_link\t")
+    # The hosts share /tmp here: the left-out host, whichever made the job's spill dir there, kept it for the others.
+    assert not list(Path("/tmp").glob(f"mpiray-*-spill-{job_dir.name}"))
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert f"on {bad}: its link sends at " in refused.stderr
+    assert "NODES" not in refused.stdout
+    (refused_dir,) = (tmp_path / "refuse").iterdir()
     jobs.ids.append(refused_dir.name)
     assert not [r for r in rank_events(refused_dir, 0) if r["event"] == "head_alive"]
     jobs.wait_until_gone(job_dir.name)
