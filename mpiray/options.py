@@ -169,7 +169,7 @@ OPTIONS = (
     Option("temp_dir", Path("/tmp"), "node-local root of the per-rank private dirs (keep it short: Ray's socket "
            "paths must fit 107 bytes)", values.path, shown_default="TMPDIR, else /tmp", default_from=default_temp_dir),
     Option("spill_dir", None, "where Ray spills objects its object store cannot hold: each host's first rank makes "
-           "DIR/mpiray-UID-spill-JOBID (0700; a shared file system works: Ray adds each node's id), removed at the "
+           "DIR/mpiray-UID-spill-JOBID-RUN (0700; a shared file system works: Ray adds each node's id), removed at the "
            "end; give a local disk, not RAM", values.path, shown_default="the temp dir's"),
     Option("ray_node_per", "rank", "one Ray node per MPI rank, or one per host (the other local ranks idle)",
            choices=("rank", "host")),

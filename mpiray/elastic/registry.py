@@ -57,6 +57,7 @@ class Entry:
     dashboard_host: str = "127.0.0.1"  # where it listens: the head's address with token auth (commands.dashboard_host)
     client_port: int | None = None  # the head's Ray Client server (ray://head_ip:PORT), where ray[default] runs it
     auth: bool = True  # token auth on (not --no-auth)
+    run: str = ""  # the head's tag of this run (messages.Session.run): a joining job's nodes spill where the cluster's do
 
     def stale(self, now: float | None = None) -> str | None:
         """Why this entry no longer describes a running cluster (None: it does)."""

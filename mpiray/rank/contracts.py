@@ -80,7 +80,7 @@ class OwnNode(Protocol):
     def port_block(self, job_id: str, units: int, reserved: int) -> PortBlock:
         """The host's port block (its first rank's): free and locked, or planned (neither checked nor locked)."""
 
-    def make_spill_dir(self, job_id: str) -> list[Finding]:
+    def make_spill_dir(self, spill_key: str) -> list[Finding]:
         """The host's first rank, in the pre-flight: the job's spill dir on this host made, or why it cannot be."""
 
     def prepare(self, session: Session) -> Path:

@@ -84,7 +84,7 @@ class Head(RankZero):
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")
-        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started)
+        me.session = Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started, run=os.urandom(3).hex())
         me.session = dataclasses.replace(me.session, marker=preflight.make_marker(me))
         me.comm.send_to_others(me.session, SESSION)
         me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)
@@ -235,7 +235,7 @@ def registry_entry(config: Config, cluster: Cluster, spec: NodeSpec | None, host
         cpus=float(cluster.total_cpus), gpus=float(cluster.total_gpus),
         dashboard_port=spec.ports.dashboard if spec is not None and config.dashboard else None,
         dashboard_host=spec.dashboard_host if spec is not None else LOOPBACK,
-        client_port=head_ports(spec).ray_client if spec is not None else None, auth=config.auth,
+        client_port=head_ports(spec).ray_client if spec is not None else None, auth=config.auth, run=session.run,
     )
 
 

@@ -44,7 +44,7 @@ class Joiner(RankZero):
         entry = self.registry.read(config.join)  # gone, or another user's: NoSuchCluster, at once
         own_job = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
         session = Session(entry.job_id, entry.head_ip, entry.gcs_address, self.registry.token(entry.job_id),
-                          me.started, log_dir=entry.log_dir, own_job_id=own_job)
+                          me.started, log_dir=entry.log_dir, own_job_id=own_job, run=entry.run)
         me.log.open(session.job_dir(config.log_dir), prefix=session.prefix)
         me.log_started()
         ours = versions(me.rank)

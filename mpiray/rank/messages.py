@@ -56,6 +56,13 @@ class Session:
     log_dir: str = ""  # where the ranks write (LOG_DIR/JOB_ID); "" for config.log_dir / job_id
     own_job_id: str = ""  # a job that joined another's cluster (--join): its own id, else ""
     marker: str = ""  # rank 0's file in the job's log dir: a host that does not see it has a log dir of its own
+    run: str = ""  # the head's random tag of this run of the cluster: a requeued job keeps its id, not this
+
+    @property
+    def spill_key(self) -> str:
+        """What names the cluster's spill dir (raynode/spill.py): this run's own, never a killed run's of the
+        same job id, which may still be there (a requeue) and which its own host's next sweep removes."""
+        return f"{self.job_id}-{self.run}" if self.run else self.job_id
 
     def job_dir(self, log_dir: Path) -> Path:
         return Path(self.log_dir) if self.log_dir else log_dir / self.job_id

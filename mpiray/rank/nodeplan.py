@@ -53,7 +53,7 @@ def plan(config: Config, session: Session, where: Where, share: Share, *, ports:
     checks = image.dashboard_checks_token if image is not None else not config.container and dashboard_checks_token
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{where.host}-rank{where.rank}",
                              commands.node_resources(config.resources, slots), autoscaling_config,
-                             spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.job_id))),
+                             spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.spill_key))),
                              labels=labels.text(node_labels),
                              dashboard_host=commands.dashboard_host(node_ip, config.auth, checks) if head
                              else commands.LOOPBACK,
@@ -139,6 +139,7 @@ def driver_gpu_variables(view: HostView, intel_variable: str = "ZE_AFFINITY_MASK
     return tuple(sorted(node_gpu_variables(share, intel_variable).items()))
 
 
-def job_spill_dir(config: Config, job_id: str) -> Path:
-    """The job's spill dir on this host: --spill-dir's, or in the temp dir (raynode/spill.py)."""
-    return spill.job_spill_dir(config.spill_dir or config.temp_dir, job_id)
+def job_spill_dir(config: Config, spill_key: str) -> Path:
+    """The job's spill dir on this host: --spill-dir's, or in the temp dir (raynode/spill.py); spill_key: the
+    session's."""
+    return spill.job_spill_dir(config.spill_dir or config.temp_dir, spill_key)

@@ -70,7 +70,7 @@ class RealNode:
     def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
         return portblocks.free_block(job_id, units, reserved=reserved)
 
-    def make_spill_dir(self, job_id: str) -> list[Finding]:
+    def make_spill_dir(self, spill_key: str) -> list[Finding]:
         """The job's spill dir on this host (raynode/spill.py), made by the host's first rank before any node of
         the host can start (a node starts only once rank 0 judged the pre-flight); what keeps it from being made,
         refused."""
@@ -78,7 +78,7 @@ class RealNode:
         try:
             if config.spill_dir is not None:
                 spill.prepare(config.spill_dir)  # this user's killed jobs' (the temp dir's are swept with the private dirs)
-            path = nodeplan.job_spill_dir(config, job_id)
+            path = nodeplan.job_spill_dir(config, spill_key)
             made = spill.make(path)
             self.spill_made = path if made else None
             self.context.log.event("spill_dir", path=str(spill.ray_spill_dir(path)), made=made)
@@ -104,7 +104,7 @@ class RealNode:
         config, log, node, session = self.context.config, self.context.log, self.ray, self.session
         assert session is not None  # prepared
         self.image = image
-        spill_dir = nodeplan.job_spill_dir(config, session.job_id)
+        spill_dir = nodeplan.job_spill_dir(config, session.spill_key)
         log.event("private_dir", path=str(node.private.path))
         log.event("node_starting", role="head" if head else "worker", command=" ".join(argv), argv=argv)
         log.event("node_output", output=str(node.output_path), kept_logs=str(node.kept_logs))

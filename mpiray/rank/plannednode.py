@@ -53,7 +53,7 @@ class PlannedNode:
     def port_block(self, job_id: str, units: int, reserved: int) -> portblocks.PortBlock:
         return portblocks.planned_block(job_id, units, reserved=reserved)
 
-    def make_spill_dir(self, job_id: str) -> list[Finding]:
+    def make_spill_dir(self, spill_key: str) -> list[Finding]:
         return []
 
     def prepare(self, session: Session) -> Path:

@@ -110,7 +110,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     found = [*preflight.dir_findings(config.temp_dir, "temp", "--temp-dir (or TMPDIR)")]
     if config.spill_dir is not None:
         found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
-    found += me.own_node.make_spill_dir(me.current_session.job_id)  # nothing made for a planned node (--dry-run)
+    found += me.own_node.make_spill_dir(me.current_session.spill_key)  # nothing made for a planned node (--dry-run)
     found += image_findings(me)
     found += preflight.port_range_findings(*portblocks.PORT_RANGE)
     found += preflight.neighbour_findings(me.comm.size)

@@ -1,12 +1,14 @@
 """Where a job's Ray nodes spill objects their object store cannot hold: one directory per host (or one on a
 shared file system), the same path on every host, below a 0700 directory of this user's.
 
-    ROOT/mpiray-UID-spill-JOB/     0700, made by each host's first rank (a shared ROOT: by the first of them)
+    ROOT/mpiray-UID-spill-JOB-RUN/ 0700, made by each host's first rank (a shared ROOT: by the first of them)
         owner                      who made it (as a private dir's: a stale one is swept the same way)
         ray/                       what every node's `ray start --object-spilling-directory` gets (Ray makes it 0777)
             ray_spilled_objects_NODE_ID/
 
-ROOT is --spill-dir, else the temp dir. The same path on every node matters: before Ray 2.55 every worker node
+ROOT is --spill-dir, else the temp dir. RUN is the head's random tag of this run: a requeued job keeps its id, and
+its killed run's dir, still there, is swept by its host's next rank as stale (remove_stale), which must never be
+under this run's nodes. The same path on every node matters: before Ray 2.55 every worker node
 spills to the head's path (the GCS's config), so a path of the head's own private dir would be made anew, outside
 any private dir, on every other host, and never removed. Each rank removes its node's objects at its end; whoever
 finds the rest empty removes the directory. A SIGKILLed job's is swept like its private dirs (remove_stale).
@@ -23,9 +25,10 @@ from mpiray.host.guard import OWNER_FILE, SPILL_SUBDIR, remove_spilled, start_ti
 from mpiray.raynode.private import pid_scope, remove_stale
 
 
-def job_spill_dir(root: Path, cluster_job_id: str) -> Path:
-    """The job's spill dir under root (every node of the cluster, joined jobs' too, uses the same)."""
-    return root / f"mpiray-{os.getuid()}-spill-{cluster_job_id}"
+def job_spill_dir(root: Path, spill_key: str) -> Path:
+    """The job's spill dir under root (every node of the cluster, joined jobs' too, uses the same). spill_key: the
+    cluster's job id and the head's tag of this run (a requeued job's killed run may have left its own)."""
+    return root / f"mpiray-{os.getuid()}-spill-{spill_key}"
 
 
 def ray_spill_dir(path: Path) -> Path:

@@ -102,7 +102,7 @@ def test_a_joined_jobs_record_is_fresh_while_its_job_renews_it_and_a_torn_one_is
 # The JSON keys other jobs (--join), `mpiray attach` and `mpiray list` read: a change breaks their reading.
 ENTRY_KEYS = {"job_id", "gcs_address", "head_ip", "host", "pid", "uid", "ray", "python", "log_dir", "started",
               "heartbeat", "ends_at", "scheduler", "nodes", "cpus", "gpus", "autoscale", "dashboard_port", "dashboard_host",
-              "client_port", "auth"}
+              "client_port", "auth", "run"}
 
 
 def test_a_running_cluster_is_published_beats_and_is_withdrawn_and_says_so(tmp_path):
