@@ -183,6 +183,9 @@ OPTIONS = (
     Option("min_nodes", 0, "--bad-nodes exclude: the fewest Ray nodes the job starts with; fewer left is exit 2, "
            "and more than the job has is bad input (exit 2)", values.count, shown_default="2, or every node of a "
            "smaller job"),
+    Option("spares", 0, "healthy worker hosts kept out of the cluster at start (after the pre-flight's exclusions), "
+           "so that it has a known size: when a worker's Ray node is lost while its rank lives, a spare host starts "
+           "its nodes and joins; at most the job's hosts but one", values.count),
     Option("slow_link", 0.25, "the pre-flight's link check (jobs of 3 hosts or more; TCP between the hosts' first "
            "ranks on their Ray addresses, ~1 s): a host whose link sends or receives below this fraction of the "
            "median host's is refused (--bad-nodes); 0: no check", values.fraction),
@@ -320,6 +323,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, wi
     if args.container and args.autoscale:
         parser.error("--autoscale and --container do not go together yet: Ray's autoscaler runs mpiray's node provider, "
                      "which submits worker jobs with the batch system's commands, inside the image")
+    if args.spares and args.autoscale:
+        parser.error("--spares and --autoscale do not go together: Ray's autoscaler replaces a lost node with a new "
+                     "worker job by itself")
     if args.join and args.autoscale:
         parser.error("--autoscale and --join do not go together: the joined cluster's own job runs its autoscaler")
     if not with_driver or (args.join and not given):

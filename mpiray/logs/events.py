@@ -85,6 +85,14 @@ KINDS = event_kinds(
     link_check_failed=(WARNING, "pre-flight: this host takes no part in the link check: {problem}"),
     nodes_excluded=(WARNING, "pre-flight: {hosts} left out of the cluster ({nodes} of {requested} Ray nodes start): "
                              "{why}; for the next submission: {exclude}"),
+    spares_chosen=(INFO, "--spares: {hosts} kept as spares (ranks {ranks}): each starts when a node is lost"),
+    spare_waiting=(INFO, "this host is a spare: its node starts when a worker's node is lost"),
+    spare_activated=(WARNING, "rank {peer}'s node was lost: starting the spare ranks {ranks} ({left} spares left)"),
+    spare_started=(INFO, "this spare starts its node: a worker's node was lost"),
+    spare_joined=(INFO, "the spare rank {peer} on {peer_host} joined at {ip} (node {node_id:.12}), {seconds:g} s after "
+                        "it was started"),
+    spare_failed=(ERROR, "a spare's node did not start: {message}"),  # + peer, peer_host at rank 0
+    no_spare_left=(WARNING, "rank {peer}'s node was lost and no spare is left: the cluster runs smaller"),
     host_refused=(WARNING, "the pre-flight refused this host, which runs no Ray: {why}"),
     spill_dir=(INFO, "Ray spills objects to {path} (made by this rank: {made})"),
     resource_note=(INFO, "resources: {note}"),

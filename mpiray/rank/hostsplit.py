@@ -11,9 +11,10 @@ from mpiray.rank.messages import LOCAL, HostPlan, Idle, PlanRefused
 from mpiray.rank.state import Rank
 
 
-def split_host(me: Rank, job_id: str, gcs_port: int = 0, *, refused: str = "") -> HostPlan | Idle:
+def split_host(me: Rank, job_id: str, gcs_port: int = 0, *, refused: str = "", spare: bool = False) -> HostPlan | Idle:
     """Split this host among its ranks: this rank's plan (its share and ports), or Idle. refused (the host's
-    first rank's: what the pre-flight refused here): every rank of the host idles, with that as its reason."""
+    first rank's: what the pre-flight refused here): every rank of the host idles, with that as its reason; spare
+    (rank 0 keeps the host as a spare, spares.py): every rank of the host waits, and splits it once started."""
     host_comm = me.host_comm
     deadline = Deadline.after(me.config.startup_timeout)
     plan: HostPlan | Idle | PlanRefused | None
@@ -22,7 +23,8 @@ def split_host(me: Rank, job_id: str, gcs_port: int = 0, *, refused: str = "") -
         if len(others) < host_comm.size - 1:
             raise StartupTimeout(f"ranks on {me.host} did not report their view of the host")
         views = [me.view] + [others[r] for r in range(1, host_comm.size)]
-        plans = [Idle(refused)] * len(views) if refused else _plan_for(me, views, job_id, gcs_port)
+        plans = [Idle(refused)] * len(views) if refused else [Idle(spare=True)] * len(views) if spare else \
+            _plan_for(me, views, job_id, gcs_port)
         for local, each in enumerate(plans[1:], start=1):
             host_comm.send(each, local, LOCAL)
         plan = plans[0]

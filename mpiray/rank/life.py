@@ -220,7 +220,8 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
             leader.stop(min(config.stop_grace, RAY_STOP_GRACE), lost.code)
             return lost.code
         while (event := me.comm.poll(tag=EVENT)) is not None:
-            me.log.event("node_lost", peer=event.source, message=event.payload)
+            head.node_lost(event.source, event.payload)
+        head.spare_reports()
 
 
 def time_limits(config: Config, scheduler: str, job: BatchJob, log: RankLog) -> list[Limit]:

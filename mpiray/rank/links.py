@@ -2,14 +2,17 @@
 
 Each host's first rank listens on its Ray address and says where in its HELLO (Hello.link). Rank 0, once every
 HELLO is in, pairs the hosts in a ring both ways (each sends to the host before and after it: every host is
-measured sending and receiving, against two peers) and sends each its PROBE; all measure at once, for about
+measured sending and receiving, against two peers) and sends each its PROBE; all measure at once, for under
 a second, and send back what they received (PROBED). A host's figure is the smaller of its best send and its
 best receive, so one slow peer does not make a host slow, and a host slow either way is. With 3 hosts or more,
 a host below --slow-link times the median host's figure, or that no peer reached, is refused: --bad-nodes then
 excludes it or ends the job (rank/preflight.py's judge). With 2 the figures are shown, not judged: which end of
-a slow link is at fault cannot be told. Rank 0 then sends each its VERDICT. --slow-link 0: no check at all.
+a slow link is at fault cannot be told. Rank 0 then sends each its VERDICT (zero.py). --slow-link 0: no check at all.
 
-    mpiray: pre-flight: links (TCP on the Ray addresses): t1 9.4 Gbit/s, t2 3.9 Mbit/s (slow), t3 9.1 Gbit/s; ...
+    mpiray: pre-flight: links (TCP on the Ray addresses, 0.25 s each way): t1 15.4 Gbit/s out, 11.0 Gbit/s in,
+    41.445 ms, t2 11.0 Gbit/s out, 15.4 Gbit/s in, 0.042 ms, t3 3.8 Mbit/s out, 10.4 Mbit/s in, 48.739 ms (slow)
+
+(the testbed, t3's sends throttled by tc: its peers' pings wait behind its own stream, hence their round trips).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from mpiray.errors import StartupTimeout
 from mpiray.host import links, network
 from mpiray.host.links import Figures, Listener
 from mpiray.host.preflight import REFUSE, Finding
-from mpiray.rank.messages import PROBE, PROBED, VERDICT, Hello, Probe
+from mpiray.rank.messages import PROBE, PROBED, Hello, Probe
 from mpiray.rank.state import Rank
 
 CHECK = "slow_link"
@@ -94,10 +97,9 @@ def judge(figures: dict[str, Figures], sends: dict[str, list[str]], floor: float
     return table, refused
 
 
-def check(me: Rank, hellos: dict[int, Hello]) -> tuple[dict[str, list[Finding]], dict[str, int]]:
+def check(me: Rank, hellos: dict[int, Hello]) -> dict[str, list[Finding]]:
     """rank 0, once every HELLO is in: the check run across the hosts that listen; the figures printed and
-    logged. Returns (host -> its refusal as a finding: none where fewer than 3 hosts took part; the workers'
-    hosts that took part -> their first rank, for tell())."""
+    logged. Returns host -> its refusal as a finding (none where fewer than 3 hosts took part)."""
     listener = listen(me)
     takers = {hello.host: (rank, hello.link) for rank, hello in sorted(hellos.items()) if hello.link}
     if listener is None or not takers:
@@ -105,7 +107,7 @@ def check(me: Rank, hellos: dict[int, Hello]) -> tuple[dict[str, list[Finding]],
             listener.close()
         for rank, _ in takers.values():  # a worker that listens waits for its PROBE: let it go
             me.comm.send(Probe(b"", (), 0), rank, PROBE)
-        return {}, {}
+        return {}
     try:
         addresses = {me.host: listener.address, **{host: link for host, (_, link) in takers.items()}}
         sends = ring(sorted(addresses))
@@ -131,9 +133,8 @@ def check(me: Rank, hellos: dict[int, Hello]) -> tuple[dict[str, list[Finding]],
     print(f"mpiray: pre-flight: links ({how}): {shown}", flush=True)
     me.log.event("link_check", summary=f"{how}: {shown}", hosts=table, refused=refused, floor=me.config.slow_link,
                  judged=len(sends) >= 3)
-    found = {host: [Finding(REFUSE, CHECK, why, "leave the host out of the next job (the exclude line), and ask the "
-                            "site to check its network link")] for host, why in refused.items()}
-    return found, {host: rank for host, (rank, _) in takers.items()}
+    return {host: [Finding(REFUSE, CHECK, why, "leave the host out of the next job (the exclude line), and ask the "
+                           "site to check its network link")] for host, why in refused.items()}
 
 
 def _row(row: dict) -> str:
@@ -141,13 +142,6 @@ def _row(row: dict) -> str:
         return "unmeasured"
     trip = f", {row['rtt_ms']:g} ms" if row["rtt_ms"] is not None else ""
     return f"{rate(row['send_mbit'])} out, {rate(row['receive_mbit'])} in{trip}"
-
-
-def tell(me: Rank, refused: dict[str, list[Finding]], takers: dict[str, int]) -> None:
-    """rank 0, after the pre-flight's judgement: each worker host that took part, what the check refuses of it."""
-    for host, rank in takers.items():
-        found = refused.get(host, [])
-        me.comm.send(found[0].message if found else "", rank, VERDICT)
 
 
 def measure(listener: Listener, key: bytes, peers: list[tuple[str, str]], *, expected: int, name: str,
@@ -173,22 +167,18 @@ def measure(listener: Listener, key: bytes, peers: list[tuple[str, str]], *, exp
     return figures
 
 
-def take_part(me: Rank, listener: Listener) -> str:
-    """A worker host's first rank: its part of the check, when rank 0 sends the PROBE; what the check refuses of
-    its host ("" for nothing)."""
+def take_part(me: Rank, listener: Listener) -> None:
+    """A worker host's first rank: its part of the check, when rank 0 sends the PROBE (the verdict follows in
+    rank 0's VERDICT)."""
     try:
         wait = Deadline.since(me.current_session.started, me.config.startup_timeout)
         probe = me.comm.receive(0, PROBE, wait, me.raise_if_stopped)
         if probe is None:
             raise StartupTimeout(f"rank 0 sent no link check within --startup-timeout {me.config.startup_timeout:g} s")
         if not probe.key:
-            return ""
+            return
         figures = measure(listener, probe.key, list(probe.peers), expected=probe.expected, name=me.host,
                           deadline=Deadline.after(PROBE_SECONDS), between=me.raise_if_stopped)
     finally:
         listener.close()
     me.comm.send(figures, 0, PROBED)
-    verdict = me.comm.receive(0, VERDICT, wait, me.raise_if_stopped)
-    if verdict is None:
-        raise StartupTimeout(f"rank 0 sent no link verdict within --startup-timeout {me.config.startup_timeout:g} s")
-    return verdict

@@ -32,7 +32,8 @@ STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may sto
 DRAINING = 10  # rank 0 -> all: Ray is told that the nodes go (walltime): a node that ends now is drained, not lost
 PROBE = 11  # rank 0 -> each host's first rank that listens for the link check (Hello.link): a Probe
 PROBED = 12  # ... back to rank 0: what it measured (host.links.Figures)
-VERDICT = 13  # rank 0 -> the same: what the link check refuses of its host ("" for nothing)
+VERDICT = 13  # rank 0 -> each worker whose HELLO waits for it: what the pre-flight decided of its host (a Verdict)
+ACTIVATE = 14  # rank 0 -> every rank of a spare host, when a worker's Ray node was lost: start your node and join
 
 
 class Message(NamedTuple):
@@ -87,6 +88,15 @@ class Hello(NamedTuple):
     versions: dict[str, str]  # name -> version, in preflight.ORDER
     findings: list[Finding]
     link: str = ""  # where its host's first rank listens for the link check (rank/links.py), "" for not at all
+    waits: bool = False  # it waits for rank 0's VERDICT before splitting its host (the link check, --spares)
+
+
+class Verdict(NamedTuple):
+    """VERDICT: what the pre-flight, across the hosts, decided of this host: why it is refused ("" for nothing),
+    or that it waits as a spare (--spares)."""
+
+    refused: str = ""
+    spare: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ class Idle(NamedTuple):
     node is the host's; or the pre-flight refused its host, and excluded says why)."""
 
     excluded: str = ""
+    spare: bool = False  # its host waits as a spare (--spares): its ranks start their nodes once rank 0 says so
 
 
 class PlanRefused(NamedTuple):

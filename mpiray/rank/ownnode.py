@@ -220,7 +220,9 @@ class RealNode:
 
     def close(self) -> None:
         node, log = self.node, self.context.log
-        if node is None:
+        if node is None:  # a spare never started (--spares): the spill dir it made, once no node's objects are left
+            if self.spill_made is not None:
+                spill.remove_node(self.spill_made, None)
             return
         for problem in node.close():
             log.event("teardown_failed", step="close this rank's node", problem=problem)

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections import Counter
+from typing import NamedTuple
 
 from mpiray import errors
 from mpiray.deadline import Deadline
@@ -124,12 +125,12 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     return found
 
 
-def hello(me: Rank, link: str = "") -> Hello:
+def hello(me: Rank, link: str = "", waits: bool = False) -> Hello:
     """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found, where it listens
-    for the link check (rank/links.py)."""
+    for the link check (rank/links.py), whether it waits for rank 0's VERDICT."""
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
-    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared), link)
+    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared), link, waits)
 
 
 def make_marker(me: Rank) -> str:
@@ -174,7 +175,17 @@ def refusal(findings: list[Finding]) -> str:
     return f"{refused[0].message}{more}" if refused else ""
 
 
-def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | None = None) -> None:
+class Judged(NamedTuple):
+    """What the pre-flight leaves of the job: the hosts it left out, the job's hosts and Ray nodes, and how many of
+    those nodes start."""
+
+    left_out: set[str]
+    hosts: int
+    requested: int
+    nodes: int
+
+
+def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | None = None) -> Judged:
     """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal.
     --bad-nodes exclude: refused hosts other than rank 0's are left out instead (their ranks idle: worker.py),
     as long as --min-nodes Ray nodes remain. added: host -> findings from across the hosts (the link check's)."""
@@ -221,22 +232,25 @@ def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | 
         raise ImageFailed(f"on {host}: {first.message}; {first.fix}" if first.fix else f"on {host}: {first.message}")
     if len(rows) > 1:
         raise VersionSkew(_skew(rows))
+    host_count = len({hello.host for hello in every.values()})
     if excluding:
-        exclude(me, every, refused, requested)
-    elif refused:
+        return Judged(left_out, host_count, requested, exclude(me, every, refused, requested))
+    if refused:
         host, first = refused[0]
         hosts = sorted({h for h, _ in refused} - {host})
         others = f" (and on {', '.join(hosts)}: see the log)" if hosts else ""
         fix = f"; {first.fix}" if first.fix else ""
         raise errors.by_cause(first.check)(f"on {host}: {first.message}{fix}{others}")
+    return Judged(set(), host_count, requested, requested)
 
 
 EXCLUDED_FILE = "excluded_hosts"  # in the job's log dir (join-ID-excluded_hosts: a joining job's), the hosts left out
 
 
-def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]], requested: int) -> None:
+def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]], requested: int) -> int:
     """--bad-nodes exclude: the refused hosts left out (said on the console, in the log, and in the job's
-    excluded_hosts file with the scheduler's exclude line); TooFewNodes (exit 2) if fewer than --min-nodes remain."""
+    excluded_hosts file with the scheduler's exclude line); TooFewNodes (exit 2) if fewer than --min-nodes remain.
+    Returns the Ray nodes that start."""
     config = me.config
     why: dict[str, list[Finding]] = {}
     for host, finding in refused:
@@ -261,6 +275,7 @@ def exclude(me: Rank, every: dict[int, Hello], refused: list[tuple[str, Finding]
           f"next time: {line}", flush=True)
     me.log.event("nodes_excluded", hosts=", ".join(hosts), nodes=nodes, requested=requested, why=text, exclude=line,
                  checks={host: [f.check for f in found] for host, found in why.items()})
+    return nodes
 
 
 def exclude_line(scheduler: str, hosts: list[str]) -> str:

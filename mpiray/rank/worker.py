@@ -3,13 +3,15 @@ report, then wait for rank 0's exit code, telling rank 0 if the node dies meanwh
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from mpiray.deadline import Deadline, poll_until
-from mpiray.errors import Interrupted, StartupTimeout
+from mpiray.errors import Interrupted, LaunchError, Shutdown, StartupTimeout
 from mpiray.rank import links, preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.messages import (
+    ACTIVATE,
     CONTROL,
     DRAINING,
     EVENT,
@@ -19,7 +21,10 @@ from mpiray.rank.messages import (
     SESSION,
     SETTLED,
     STOPPED,
+    VERDICT,
+    HostPlan,
     Idle,
+    Verdict,
     resource_fields,
 )
 from mpiray.rank.ownnode import start_node
@@ -34,6 +39,7 @@ class Worker:
         self.me = me
         self.settled = False  # told rank 0 that its `ray start` is done starting
         self.draining = False  # rank 0 told it that Ray drains its node (the walltime): its end is no loss
+        self.spare = False  # its host waits as a spare (--spares) until rank 0's ACTIVATE
 
     def serve(self) -> int:
         self.follow()
@@ -48,18 +54,32 @@ class Worker:
         me.session = session
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         me.log_started()
-        listener = links.listen(me)  # its host's first rank: the link check's
+        # Its host's first rank: the link check's, and rank 0's verdict on the host (--spares too) before it splits it.
+        listener = links.listen(me)
+        waits = listener is not None or (me.config.spares > 0 and me.host_comm.rank == 0)
         try:
-            hello = preflight.hello(me, listener.address if listener else "")  # what it runs, what its host has
+            hello = preflight.hello(me, listener.address if listener else "", waits)  # what it runs, what its host has
             me.comm.send(hello, 0, HELLO)
-            refused = preflight.refusal(hello.findings)
             if listener is not None:
-                refused = links.take_part(me, listener) or refused
+                links.take_part(me, listener)
         finally:
             if listener is not None:
                 listener.close()
+        verdict = Verdict(preflight.refusal(hello.findings))
+        if waits:
+            said = me.comm.receive(0, VERDICT, Deadline.since(session.started, me.config.startup_timeout),
+                                   me.raise_if_stopped)
+            if said is None:
+                raise StartupTimeout(f"rank 0 sent no pre-flight verdict within --startup-timeout "
+                                     f"{me.config.startup_timeout:g} s")
+            verdict = Verdict(verdict.refused or said.refused, said.spare)
         # A host the pre-flight refuses starts no Ray: rank 0 excludes it (--bad-nodes exclude) or ends the job.
-        plan = split_host(me, session.ports_job_id, refused=refused)
+        plan = split_host(me, session.ports_job_id, refused=verdict.refused, spare=verdict.spare)
+        if isinstance(plan, Idle) and plan.spare:  # its node starts when rank 0 says (ACTIVATE: wait_for_end)
+            self.spare = True
+            me.log.event("spare_waiting")
+            me.comm.send(me.report(), 0, REPORT)
+            return
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's; or a refused host
             me.own_node = me.own_node.idle()
             if plan.excluded:
@@ -68,14 +88,42 @@ class Worker:
                 me.log.event("idle_by_design")
             me.comm.send(me.report(), 0, REPORT)
             return
+        self.start(plan, joins_now=False)
+
+    def start(self, plan: HostPlan, joins_now: bool) -> None:
+        """This rank's node started, ALIVE and reported; joins_now: a spare's, whose head is up (no join slot)."""
+        me = self.me
         spec = start_node(me, plan.share, plan.ports, head=False)
-        me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=session.gcs_address)
-        wait_for_head(me)
+        me.log.event("worker_will_connect", ip=spec.node_ip, gcs_address=me.current_session.gcs_address)
+        if not joins_now:
+            wait_for_head(me)
         node = me.own_node.up(joins=True, between=me.raise_if_stopped)
         me.log.event("node_alive", ip=node.ip, node_id=node.node_id, **resource_fields(node.resources))
         if me.own_node.runs_ray:
             me.log.event("node_pids", pids=me.own_node.pids())
         me.comm.send(me.report(node), 0, REPORT)
+
+    def activate(self) -> None:
+        """A spare's start (ACTIVATE): its host split among its ranks (every one of them got ACTIVATE), its node
+        started and joined; a failure is reported, and the job goes on. Its start-up deadline counts from now."""
+        me = self.me
+        self.spare = False
+        me.log.event("spare_started")
+        me.session = dataclasses.replace(me.current_session, started=time.time())
+        try:
+            plan = split_host(me, me.current_session.ports_job_id)
+            if isinstance(plan, Idle):
+                me.own_node = me.own_node.idle()
+                me.log.event("idle_by_design")
+                me.comm.send(me.report(), 0, REPORT)
+                return
+            self.start(plan, joins_now=True)
+        except (Interrupted, Shutdown):
+            raise  # a stop signal, or rank 0 ended the job meanwhile: this rank's end, as at the start
+        except LaunchError as error:
+            me.log.event("spare_failed", message=str(error))
+            me.own_node.stop(RAY_STOP_GRACE)  # what it started of its node: the job goes on without it
+            me.comm.send(me.report(error=str(error), exit_code=error.exit_code, cause=error.cause), 0, REPORT)
 
     def wait_for_end(self) -> int:
         """Idle (sleeping between polls) until rank 0 sends the exit code."""
@@ -84,6 +132,8 @@ class Worker:
         give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
         interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
         while True:
+            if self.spare and me.comm.poll(0, ACTIVATE) is not None:
+                self.activate()
             me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
             if not self.settled and me.own_node.describe_once_started():
                 self.send_settled()

@@ -12,16 +12,18 @@ from typing import Container
 from mpiray.deadline import Deadline
 from mpiray.errors import WorkerFailed, WorkersMissing
 from mpiray.logs import progress
-from mpiray.rank import links, preflight
+from mpiray.rank import links, preflight, spares
 from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.messages import (
     CONTROL,
     JOIN,
     REPORT,
     SETTLED,
+    VERDICT,
     Cluster,
     Hello,
     Report,
+    Verdict,
     print_summary,
     resource_fields,
 )
@@ -47,6 +49,7 @@ class RankZero:
         self.settled_ranks: set[int] = set()  # ... whose `ray start` is done starting (SETTLED)
         self.targets_file: Path | None = None  # this job's nodes for Prometheus, while they run (publish_targets)
         self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
+        self.spares = spares.Spares(me, [])  # --spares: the hosts that wait, started as nodes are lost
 
     def start_own(self) -> NodeInfo:
         """This rank's own node ALIVE, the session sent to every worker on the way."""
@@ -133,9 +136,22 @@ class RankZero:
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
-        slow, takers = links.check(me, self.hellos)
-        preflight.judge(me, self.hellos, slow)
-        links.tell(me, slow, takers)
+        slow = links.check(me, self.hellos)
+        judged = preflight.judge(me, self.hellos, slow)
+        config = me.config
+        chosen = spares.choose(self.hellos, me.host, judged.left_out, config.spares)
+        if config.spares:
+            spares.check(config.spares, hosts=judged.hosts, nodes_left=judged.nodes,
+                         nodes_per_spare=[len(ranks) if config.ray_node_per == "rank" else 1 for ranks in chosen],
+                         min_nodes=config.min_nodes or min(2, judged.requested))
+            me.log.event("spares_chosen", hosts=", ".join(self.hellos[ranks[0]].host for ranks in chosen),
+                         ranks=[rank for ranks in chosen for rank in ranks])
+        self.spares = spares.Spares(me, chosen)
+        spare_ranks = {rank for ranks in chosen for rank in ranks}
+        for rank, hello in sorted(self.hellos.items()):  # the host's first ranks that wait to split their hosts
+            if hello.waits:
+                refused = slow.get(hello.host, [])
+                me.comm.send(Verdict(refused[0].message if refused else "", rank in spare_ranks), rank, VERDICT)
 
     def collect_reports(self, head: NodeInfo, joins: Joins, live: progress.Progress) -> list[Report]:
         """Every worker's report, in rank order, handing out join slots as nodes join; names the missing
@@ -177,6 +193,17 @@ class RankZero:
                 joins.joined(source, started_a_node=bool(payload.node_id))
                 grant()
         return [reports[r] for r in sorted(reports)]
+
+    def node_lost(self, rank: int, message: str) -> None:
+        """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits."""
+        self.me.log.event("node_lost", peer=rank, message=message)
+        self.spares.node_lost(rank)
+
+    def spare_reports(self) -> None:
+        """The started spares' reports: a node that joined is one of the job's (teardown waits for it)."""
+        while (message := self.me.comm.poll(tag=REPORT)) is not None:
+            if self.spares.reported(message.payload):
+                self.node_ranks.add(message.source)
 
     def announce(self, code: int) -> None:
         """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""

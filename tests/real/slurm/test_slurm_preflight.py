@@ -151,7 +151,7 @@ def test_a_host_whose_link_is_throttled_is_named_with_its_figure_and_left_out(sl
     assert set(check["refused"]) == {bad}
     assert (job_dir / "excluded_hosts").read_text().startswith(f"{bad}\tslow_link\t")
     # The hosts share /tmp here: the left-out host, whichever made the job's spill dir there, kept it for the others.
-    assert not list(Path("/tmp").glob(f"mpiray-*-spill-{job_dir.name}"))
+    assert not list(Path("/tmp").glob(f"mpiray-*-spill-{job_dir.name}-*"))
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert f"on {bad}: its link sends at " in refused.stderr
     assert "NODES" not in refused.stdout
