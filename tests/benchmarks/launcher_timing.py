@@ -168,9 +168,10 @@ class Where:
     name: str
     ranks: int
     testbed: object = None
+    options: tuple[str, ...] = ()  # the launcher's own, beside the benchmark's
 
     def argv(self, launcher_args: list[str], driver: list[str]) -> list[str]:
-        launcher = [PYTHON, str(START_RAY), *launcher_args, "--", *driver]
+        launcher = [PYTHON, str(START_RAY), *launcher_args, *self.options, "--", *driver]
         if self.testbed is not None:
             return ["srun", f"-N{self.ranks}", "--ntasks-per-node=1", "--mpi=pmi2",
                     "--job-name=mpiray-bench", *launcher]
