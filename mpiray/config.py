@@ -24,6 +24,7 @@ class Config:
     resources: str | None = None  # custom Ray resources of each node, JSON (ray start --resources)
     labels: str | None = None  # the user's node labels, Ray's --labels text (raynode/labels.py adds mpiray's)
     role: str = "main"  # this job's nodes' role: the label mpiray.io/role
+    market_type: str = "on-demand"  # the label ray.io/market-type of this job's nodes
     stop_grace: float = 30.0
     time_limit: float | None = None
     walltime_margin: float | None = None  # seconds before the batch job's end to stop the driver (None: auto)

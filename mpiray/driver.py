@@ -6,6 +6,8 @@ driver gets": RAY_ADDRESS, MPIRAY_JOB_ID, MPIRAY_LOG_DIR, MPIRAY_RESTART, ...). 
 cannot read from it alone:
 - LEARNER_SLOT: the custom resource every node offers, one per GPU, else 1 (--learner-slots): ask one per learner
   (or per training worker) to put them one to a slot, so spread over the nodes;
+- role_resource(role), ROLE_SHARE: the custom resource the nodes of a role (--role) offer, 1 per node; an actor that
+  asks ROLE_SHARE of it runs on that pool (RLlib places by custom resources, not label selectors);
 - job_log(prefix, kinds): an event log of the driver's own in the job's log dir, beside the ranks' (`mpiray logs`
   reads it), of the event kinds the driver declares (event_kinds, with the levels INFO, WARNING, ERROR, and for a
   kind that explains the driver's failure, its cause and fix), or None outside a job;
@@ -30,11 +32,11 @@ from mpiray.batch import environment
 from mpiray.batch.environment import safe_job_id
 from mpiray.logs.events import DECLARED, DECLARED_KIND, ERROR, INFO, WARNING, Kind, RankLog, declaration, event_kinds
 from mpiray.raynode import raycompat
-from mpiray.raynode.commands import LEARNER_SLOT
+from mpiray.raynode.commands import LEARNER_SLOT, ROLE_RESOURCE, ROLE_SHARE, role_resource
 from mpiray.raynode.private import PrivateDir
 
-__all__ = ["ERROR", "INFO", "LEARNER_SLOT", "WARNING", "JobLog", "Kind", "event_kinds", "job_log", "private_local_ray",
-           "ray_version", "restart", "safe_job_id"]
+__all__ = ["ERROR", "INFO", "LEARNER_SLOT", "ROLE_RESOURCE", "ROLE_SHARE", "WARNING", "JobLog", "Kind", "event_kinds",
+           "job_log", "private_local_ray", "ray_version", "restart", "role_resource", "safe_job_id"]
 
 JobLog = RankLog  # event(name, **fields): a name of the kinds it was opened with, its fields
 ray_version = raycompat.ray_version

@@ -130,8 +130,12 @@ OPTIONS = (
     Option("labels", None, "labels each Ray node of this job carries beside mpiray's own (mpiray.io/job, batch-job, "
            "host, rank, role, partition, switch), for Ray's label selectors: K=V,K=V", values.labels,
            shown_default="none"),
-    Option("role", "main", "this job's nodes' role, the label mpiray.io/role: a pool Ray can address, e.g. "
-           "label_selector={'mpiray.io/role': 'rollout'} for a --join job's nodes", values.role),
+    Option("role", "main", "this job's nodes' role, the label mpiray.io/role and a custom resource mpiray_role_NAME: "
+           "a pool Ray can address, e.g. label_selector={'mpiray.io/role': 'rollout'} for a --join job's nodes; "
+           "per rank range: trainer=0-1,rollout=2- (ranks named by none: main)", values.role),
+    Option("market_type", "on-demand", "this job's nodes' label ray.io/market-type, Ray's own (spot or on-demand, as "
+           "KubeRay sets it): spot for a job that may be preempted (a preemptible QOS or queue); an elastic cluster's "
+           "worker jobs are spot", values.market_type),
     Option("learner_slots", None, "RLlib learners each Ray node of this job may hold: the custom resource "
            "mpiray_learner_slot, of which the trainer's learners take one each, so they spread over the nodes; "
            "0: no learner here (a hetjob's CPU component)", values.count, shown_default="the node's GPUs, else 1"),

@@ -166,9 +166,19 @@ def labels(value: str | Mapping[str, str]) -> str:
 
 
 def role(value: str) -> str:
-    """The role of this job's nodes (label mpiray.io/role): one label value."""
+    """The role of this job's nodes (label mpiray.io/role): one label value, or one per rank range
+    (`trainer=0-1,rollout=2-`); the checked text."""
     try:
-        return node_labels.check_value(_text(value, "rollout"), "role")
+        node_labels.roles(_text(value, "rollout"))
+    except ValueError as error:
+        raise BadValue(str(error)) from None
+    return value
+
+
+def market_type(value: str) -> str:
+    """ray.io/market-type's value: one label value (Ray's users select spot or on-demand)."""
+    try:
+        return node_labels.check_value(_text(value, "spot"), "--market-type")
     except ValueError as error:
         raise BadValue(str(error)) from None
 

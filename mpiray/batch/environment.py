@@ -1,7 +1,8 @@
 """What started this rank: batch scheduler and MPI launcher, read from environment tables.
 
 All knowledge of `SLURM_*`, `PBS_*`, `COBALT_*`/`ALPS_*`, `PALS_*`, `OMPI_*` and `PMI_*` lives in the
-two tables below; the functions are pure (they take the environment as a mapping).
+two tables below; the functions are pure (they take the environment as a mapping), but for read_cray_name, which
+reads an HPE Cray node's name from its file.
 """
 
 from __future__ import annotations
@@ -206,6 +207,36 @@ def leaf_switch(topology_addr: str | None, pattern: str | None) -> str | None:
     if len(parts) < 2 or (pattern and (len(kinds) != len(parts) or kinds[-2] != "switch")):
         return None
     return parts[-2] or None
+
+
+# Where an HPE Cray node keeps its name: the xname on EX (Frontier, Perlmutter, Aurora, Polaris' Apollo aside), the
+# cname on XC (Theta).
+CRAY_NAME_FILES = ("/etc/cray/xname", "/proc/cray_xt/cname")
+_CRAY_CHASSIS = (re.compile(r"^(x\d+c\d+)s\d+b\d+n\d+$"), re.compile(r"^(c\d+-\d+c\d+)s\d+n\d+$"))
+
+
+def read_cray_name(paths: tuple[str, ...] = CRAY_NAME_FILES) -> str | None:
+    """This node's Cray name, from the first of paths that holds one (None: not a Cray node)."""
+    for path in paths:
+        try:
+            with open(path) as file:
+                name = file.read().strip()
+        except OSError:
+            continue
+        if name:
+            return name
+    return None
+
+
+def cray_switch(name: str | None) -> str | None:
+    """The switch group of an HPE Cray node, from its name: the cabinet and chassis, whose nodes hang from the same
+    switch blades (EX's xname x1000c3s5b0n1: x1000c3) or Aries backplane (XC's cname c0-0c2s7n1: c0-0c2). None for
+    another name."""
+    for pattern in _CRAY_CHASSIS:
+        match = pattern.match(name or "")
+        if match:
+            return match[1]
+    return None
 
 
 def detect(environ: Mapping[str, str] | None = None) -> Environment:

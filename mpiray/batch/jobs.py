@@ -49,6 +49,7 @@ class WorkerJob:
         resources = json.dumps({"NODE_ID_AS_RESOURCE": node_id})
         return [*launcher, *module_command("mpiray", self.python), "run", "--join", self.cluster,
                 "--num-cpus", str(self.cpus), "--num-gpus", str(self.gpus), "--resources", resources,
+                "--market-type", "spot",
                 "--log-dir", str(Path(self.log_dir).parent),
                 *(["--stop-grace", f"{self.stop_grace:g}"] if self.stop_grace is not None else [])]
 

@@ -47,14 +47,17 @@ def plan(config: Config, session: Session, where: Where, share: Share, *, ports:
     image (its Ray decides the agent and the dashboard); dashboard_checks_token: whether the host's Ray's dashboard
     checks the token (where no image runs it)."""
     slots = config.learner_slots if config.learner_slots is not None else max(1, len(share.gpu_ids))
+    role = labels.role_of(config.role, where.rank)
     node_labels = labels.node_labels(job=session.job_id, batch_job=session.own_job_id or session.job_id,
-                                     host=where.host, rank=where.rank, role=config.role, partition=where.partition,
+                                     host=where.host, rank=where.rank, role=role, partition=where.partition,
                                      switch=where.switch, user=labels.parse(config.labels or ""))
     checks = image.dashboard_checks_token if image is not None else not config.container and dashboard_checks_token
     spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{where.host}-rank{where.rank}",
-                             commands.node_resources(config.resources, slots), autoscaling_config,
+                             commands.node_resources(config.resources, slots, role), autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.spill_key))),
                              labels=labels.text(node_labels),
+                             ray_labels=labels.text(labels.ray_labels(market_type=config.market_type, host=where.host,
+                                                                      gpus=len(share.gpu_ids))),
                              dashboard_host=commands.dashboard_host(node_ip, config.auth, checks) if head
                              else commands.LOOPBACK,
                              **({"full_agent": image.full_agent, "ray_client": image.ray_client} if image else {}))
@@ -86,6 +89,8 @@ def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mappi
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
+    if spec.ray_labels:
+        env[labels.OVERRIDE_VARIABLE] = labels.override_env(spec.ray_labels, env.get(labels.OVERRIDE_VARIABLE))
     if spec.autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
         env["AUTOSCALER_METRIC_PORT"] = str(commands.head_ports(spec).autoscaler_metrics)
         # Ray looks at the demand every 5 s by default: 2.5 s on average before a job is even asked for,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpiray import package
+from mpiray.batch import environment
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, ImageFailed, NodeStartFailed
 from mpiray.host import gpus, network, portblocks, processes, resources, sites
@@ -202,7 +203,7 @@ class RealNode:
             object_store=spec.share.object_store,
             shm={"free_mib": view.shm >> 20, "total_mib": view.shm_total >> 20},
             phases={name: round(at - session.started, 3) for name, at in node.times.items()},
-            labels=labels.from_text(spec.labels),
+            labels=labels.started_with(spec.labels, spec.ray_labels),
         )
 
     def settle(self) -> None:
@@ -286,7 +287,8 @@ def start_node(me: Rank, share: Share, ports: portblocks.NodePorts, head: bool,
             share = resources.fit_own_shm(share, *image.shm, me.view, where=f"the image on {me.host}")
         except ValueError as error:
             raise ImageFailed(str(error)) from None
-    where = nodeplan.Where(me.host, me.rank, me.env.partition, me.env.switch)
+    switch = me.env.switch or environment.cray_switch(environment.read_cray_name())  # Slurm's topology, else Cray's
+    where = nodeplan.Where(me.host, me.rank, me.env.partition, switch)
     planned = nodeplan.plan(config, session, where, share, ports=ports, head=head, node_ip=node_ip, ray_dir=ray_dir,
                             image=image, autoscaling_config=autoscaling_config,
                             dashboard_checks_token=head and image is None and raycompat.dashboard_checks_token())

@@ -104,7 +104,7 @@ class Rank:
             metrics_port=self.metrics_port() if node else 0,
             exit_code=exit_code,
             cause=cause,
-            labels=labels.from_text(spec.labels) if node and (spec := self.own_node.spec) is not None else {},
+            labels=labels.started_with(spec.labels, spec.ray_labels) if node and (spec := self.own_node.spec) is not None else {},
         )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Container
 
 from mpiray.deadline import Deadline
-from mpiray.errors import WorkerFailed, WorkersMissing
+from mpiray.errors import ConfigError, WorkerFailed, WorkersMissing
 from mpiray.logs import progress
 from mpiray.rank import links, preflight, spares
 from mpiray.rank.batchjob import BatchJob, read_batch_job
@@ -31,6 +31,7 @@ from mpiray.rank.ownnode import driver_gpu_variables
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import Lost, Rank
 from mpiray.rank.timings import STARTUP_POLL
+from mpiray.raynode import labels
 from mpiray.raynode.gcs import NodeInfo
 
 
@@ -83,6 +84,9 @@ class RankZero:
     def lead(self) -> Cluster:
         """The cluster up: this rank's own node first (start_own), then every worker's report."""
         me, config = self.me, self.me.config
+        role_problem = labels.roles_problem(config.role, me.comm.size)  # the job's size: known only now
+        if role_problem:
+            raise ConfigError(role_problem)
         own = self.start_own()
         me.log.event(self.own_alive_event, gcs_address=me.current_session.gcs_address, ip=own.ip, node_id=own.node_id,
                      **resource_fields(own.resources))

@@ -66,6 +66,9 @@ class NodeSpec:
     autoscaling_config: str = ""  # the head's: Ray's autoscaler runs with this config (autoscale.py)
     spill_dir: str = ""  # --object-spilling-directory: the same on every node of the job (spill.py)
     labels: str = ""  # --labels: mpiray's and the user's (labels.py), Ray's k=v,k=v form
+    # Ray's own labels (ray.io/market-type, ray.io/gpu-domain: labels.ray_labels), in Ray's k=v,k=v form: `ray
+    # start --labels` refuses the prefix, so they go the way a platform sets them (RAY_OVERRIDE_LABELS)
+    ray_labels: str = ""
     dashboard_host: str = LOOPBACK  # a head's: where its dashboard (and Jobs API) listens (dashboard_host())
     # Whether this node's dashboard agent runs in full (ray[default] installed), not --minimal.
     full_agent: bool = field(default_factory=lambda: metrics_agent_problem() is None)
@@ -247,11 +250,25 @@ def node_env(
 LEARNER_SLOT = "mpiray_learner_slot"
 
 
-def node_resources(user_resources: str | None, learner_slots: int) -> str:
-    """--resources for a node: the user's custom resources (JSON) and its learner slots (theirs kept, if named)."""
+# The custom resource of a node's role (--role), one per node: RLlib places its learners and env runners by custom
+# resources, not label selectors, so each asks ROLE_SHARE of its pool's (train --learners-on, --env-runners-on).
+ROLE_RESOURCE = "mpiray_role_"
+ROLE_SHARE = 0.001  # 1000 actors per node; Ray keeps resources to 0.0001
+
+
+def role_resource(role: str) -> str:
+    """The custom resource the nodes of role offer."""
+    return ROLE_RESOURCE + role
+
+
+def node_resources(user_resources: str | None, learner_slots: int, role: str | None = None) -> str:
+    """--resources for a node: the user's custom resources (JSON), its learner slots and its role's resource (theirs
+    kept, if named)."""
     resources = json.loads(user_resources or "{}")
     if learner_slots:  # none: no learner lands here (Ray lists no resource of amount 0)
         resources.setdefault(LEARNER_SLOT, learner_slots)
+    if role:
+        resources.setdefault(role_resource(role), 1)
     return json.dumps(resources, sort_keys=True)
 
 

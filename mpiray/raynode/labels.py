@@ -60,14 +60,79 @@ def check_value(value: str, what: str) -> str:
     return value
 
 
+def roles(text: str) -> list[tuple[str, int, int | None]]:
+    """--role's value -> (role, first rank, last rank or None for every rank after), in the order given: `NAME`
+    for every rank, or `NAME=RANKS,...` with RANKS one rank (`2`), a range (`0-1`) or an open one (`2-`).
+    Raises ValueError saying which part is wrong."""
+    if "=" not in text:
+        return [(check_value(text.strip(), "role"), 0, None)]
+    found = []
+    for part in (p.strip() for p in text.split(",")):
+        name, equals, ranks = (word.strip() for word in part.partition("="))
+        first, dash, last = ranks.partition("-")
+        if not (equals and first.isdigit() and (not dash or not last or last.isdigit())):
+            raise ValueError(f"--role part {part!r} is not NAME=RANKS (e.g. trainer=0-1,rollout=2-: ranks 0 and 1 "
+                             f"are trainers, rank 2 on rollout)")
+        end = None if dash and not last else int(last or first)
+        if end is not None and end < int(first):
+            raise ValueError(f"--role part {part!r}: the range runs backwards; give FIRST-LAST, e.g. 0-3")
+        found.append((check_value(name, "role"), int(first), end))
+    return found
+
+
+def role_of(text: str, rank: int) -> str:
+    """The role --role gives rank: the first part that names it; "main" where none does."""
+    return next((name for name, first, last in roles(text) if first <= rank and (last is None or rank <= last)),
+                "main")
+
+
+def roles_problem(text: str, size: int) -> str | None:
+    """What is wrong with --role's ranks for a job of size ranks: a part that names no rank of it."""
+    for name, first, last in roles(text):
+        if first >= size:
+            shown = f"{first}-{'' if last is None else last}" if last != first else str(first)
+            return (f"--role {name}={shown}: this job has {size} ranks (0-{size - 1}); name ranks it has, or start "
+                    f"more ranks")
+    return None
+
+
 def from_text(text: str) -> dict[str, str]:
     """text()'s form back to the labels (values never hold ',' or '=': fitted)."""
     return dict(pair.split("=", 1) for pair in text.split(",") if pair)
 
 
+def started_with(labels_text: str, ray_labels_text: str) -> dict[str, str]:
+    """Every label a node starts with (--labels and Ray's own from the environment), sorted by key: what its
+    manifest and cluster_info.json show."""
+    return dict(sorted({**from_text(labels_text), **from_text(ray_labels_text)}.items()))
+
+
 def text(labels: Mapping[str, str]) -> str:
     """Ray's `--labels` form: `k=v,k=v`, sorted by key."""
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+MARKET_TYPE = RAY_PREFIX + "market-type"  # Ray's: spot or on-demand (KubeRay's values)
+GPU_DOMAIN = RAY_PREFIX + "gpu-domain"  # Ray's: the nodes whose GPUs share one NVLink domain
+OVERRIDE_VARIABLE = "RAY_OVERRIDE_LABELS"  # JSON; how a platform sets Ray's own labels (a node's --labels cannot)
+
+
+def ray_labels(*, market_type: str, host: str, gpus: int) -> dict[str, str]:
+    """The labels under Ray's prefix that mpiray fills as a platform would: the market type (--market-type), and
+    for a node with GPUs its GPU domain, one per node (its host: NVLink joins a node's GPUs, not two nodes')."""
+    found = {MARKET_TYPE: market_type}
+    if gpus and fitted(host):
+        found[GPU_DOMAIN] = fitted(host)
+    return found
+
+
+def override_env(ray_labels_text: str, current: str | None) -> str:
+    """RAY_OVERRIDE_LABELS for a node: ray_labels (text()'s form) into what the variable already holds (JSON, the
+    user's: theirs win)."""
+    import json
+
+    theirs = json.loads(current) if current else {}
+    return json.dumps({**from_text(ray_labels_text), **theirs}, sort_keys=True)
 
 
 def node_labels(*, job: str, batch_job: str | None, host: str, rank: int, role: str, partition: str | None,

@@ -27,6 +27,7 @@ TAKEN = [
     (values.bounds, "1:8", "1:8"),
     (values.labels, "zone=b, team=rl", "team=rl,zone=b"),  # sorted: the same labels, the same text
     (values.role, "rollout", "rollout"),
+    (values.market_type, "spot", "spot"),
     (values.interface, "ib0", "ib0"),
     (values.address_rule, "{host}.hsn.cm.polaris.alcf.anl.gov", "{host}.hsn.cm.polaris.alcf.anl.gov"),
     (values.address_rule, " {host}i", "{host}i"),
@@ -70,6 +71,8 @@ REFUSED = [
     (values.resources, '{"accel": true}', "'{\"accel\": true}': give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
     (values.resources, "[2]", "'[2]': give an object of names and amounts >= 0, e.g. '{\"accel\": 2}'"),
     (values.labels, "team", "'team' is not KEY=VALUE (e.g. team=rl,pool=rollout)"),
+    (values.market_type, "a b", "--market-type 'a b': at most 63 letters, digits, '-', '_' and '.', a letter or digit "
+                                "at both ends"),
     (values.role, "roll out", "role 'roll out': at most 63 letters, digits, '-', '_' and '.', a letter or digit at both ends"),
     (values.bounds, "8", "not MIN:MAX: '8' (e.g. 1:8: at least 1 node, at most 8)"),
     (values.bounds, "3:1", "'3:1': MIN must be at least 1 and at most MAX"),

@@ -40,12 +40,13 @@ def test_every_node_carries_its_labels_and_a_task_and_an_actor_land_where_their_
         assert ours == {"mpiray.io/job": job.job_dir.name, "mpiray.io/batch-job": job.job_dir.name,
                         "mpiray.io/host": fitted(socket.gethostname()), "mpiray.io/rank": str(rank),
                         "mpiray.io/role": "rollout", "team": "rl"}, labels
+        assert labels["ray.io/market-type"] == "on-demand" and "ray.io/gpu-domain" not in labels  # Ray's, as ours
     assert (found["task"], found["actor"]) == ("1", "0")
     # What Ray holds is what the job's files say: cluster_info.json, each node's manifest, `mpiray logs`.
     info = json.loads((job.job_dir / "cluster_info.json").read_text())
     by_rank = {int(labels["mpiray.io/rank"]): labels for labels in found["nodes"]}
     for node in info["nodes"]:
-        ray_labels = {k: v for k, v in by_rank[node["rank"]].items() if not k.startswith("ray.io/")}
+        ray_labels = {k: v for k, v in by_rank[node["rank"]].items() if k != "ray.io/node-id"}  # Ray's own
         assert node["labels"] == ray_labels == job.event(node["rank"], "node_manifest")["labels"]
     shown = subprocess.run([sys.executable, "-m", "mpiray", "logs", str(job.job_dir)], capture_output=True, text=True,
                            timeout=60)
@@ -58,3 +59,12 @@ def test_a_label_ray_would_refuse_stops_the_job_before_mpi_with_what_was_wrong(t
     assert job.returncode == 2
     assert "--labels" in job.stderr and "ray.io/ (Ray's) are set by them" in job.stderr
     assert not job.job_dir.exists() or not list(job.job_dir.glob("rank-*.ray.log"))  # no Ray node started
+
+
+def test_a_role_for_ranks_the_job_does_not_have_stops_every_rank_before_any_ray_starts(tmp_path):
+    job = launch(tmp_path, 2, ["--role", "trainer=0,rollout=2-"], [sys.executable, "-c", "pass"], tag="badrole")
+    assert job.returncode == 2, job.stdout[-3000:] + job.stderr[-3000:]
+    assert "--role rollout=2-: this job has 2 ranks (0-1)" in job.stderr
+    for rank in (0, 1):  # each rank said why it stopped, and none started a Ray node
+        assert "node_starting" not in job.names(rank) and job.event(rank, "exit")["code"] == 2
+    assert_nothing_left(job)

@@ -30,7 +30,7 @@ def test_a_slurm_worker_job_is_one_rank_that_joins_the_cluster_as_its_node(worke
     assert command[:5] == ["srun", "--export=ALL", "--mpi=pmi2", "--ntasks=1", "--cpus-per-task=4"]
     assert command[5:] == [*module_command("mpiray", "/home/u/mpiray/.venv/bin/python"), "run", "--join", "1234",
                            "--num-cpus", "4", "--num-gpus", "1", "--resources", '{"NODE_ID_AS_RESOURCE": 7}',
-                           "--log-dir", "/scratch/logs"]
+                           "--market-type", "spot", "--log-dir", "/scratch/logs"]
     assert "token" not in script.lower()  # it comes from the registry, never through the script
 
 

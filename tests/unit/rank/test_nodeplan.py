@@ -3,6 +3,7 @@ named values alone (no host, no Ray, no MPI)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mpiray.config import Config
@@ -38,6 +39,7 @@ def test_a_workers_line_joins_the_head_with_its_address_labels_and_slots():
     assert flag(argv, "--node-ip-address") == "10.1.0.7"
     assert flag(argv, "--num-cpus") == "8" and flag(argv, "--num-gpus") == "2"
     assert '"mpiray_learner_slot": 2' in flag(argv, "--resources")  # a learner slot per GPU
+    assert '"mpiray_role_main": 1' in flag(argv, "--resources")  # its role's pool, for RLlib's actors
     labels = dict(pair.split("=") for pair in flag(argv, "--labels").split(","))
     assert {labels[f"mpiray.io/{key}"] for key in ("job", "host", "rank", "role", "partition", "switch")} == {
         "4711", "node7", "3", "main", "gpu", "sw2"}
@@ -71,6 +73,18 @@ def test_a_nodes_environment_names_its_gpus_token_and_waits_as_long_as_the_start
     assert env["RAY_NUM_REDIS_GET_RETRIES"] == "151"  # a ~2 s retry each, for 300 s
     assert env["GLOO_SOCKET_IFNAME"] == "hsn0" and env["NCCL_SOCKET_IFNAME"] == "ib9"  # the user's stays
     assert "AUTOSCALER_UPDATE_INTERVAL_S" not in env
+    # Ray's own labels, as a platform sets them (`ray start --labels` refuses the prefix): a GPU node's domain.
+    assert json.loads(env["RAY_OVERRIDE_LABELS"]) == {"ray.io/gpu-domain": "node7", "ray.io/market-type": "on-demand"}
+
+
+def test_a_role_per_rank_range_and_the_market_type_reach_the_nodes_labels_and_resources():
+    plan = planned(Config(role="trainer=0-2,rollout=3-", market_type="spot"))
+    labels = dict(pair.split("=") for pair in flag(plan.argv, "--labels").split(","))
+    assert labels["mpiray.io/role"] == "rollout" and '"mpiray_role_rollout": 1' in flag(plan.argv, "--resources")
+    assert plan.spec.ray_labels == "ray.io/gpu-domain=node7,ray.io/market-type=spot"
+    env = nodeplan.node_env(Config(), plan.spec, head=False, base={"RAY_OVERRIDE_LABELS": '{"ray.io/gpu-domain": "x"}'},
+                            token_path=None, private_tmp="/p", interface=None, gpu_variables={})
+    assert json.loads(env["RAY_OVERRIDE_LABELS"]) == {"ray.io/gpu-domain": "x", "ray.io/market-type": "spot"}  # theirs
 
 
 def test_an_autoscaling_head_looks_at_the_demand_every_second():

@@ -200,6 +200,7 @@ def test_every_node_offers_learner_slots_beside_the_users_own_resources():
     assert json.loads(commands.node_resources('{"accel": 2}', 4)) == {"accel": 2, "mpiray_learner_slot": 4}
     assert json.loads(commands.node_resources('{"mpiray_learner_slot": 0}', 4)) == {"mpiray_learner_slot": 0}
     assert json.loads(commands.node_resources(None, 0)) == {}  # --learner-slots 0: a hetjob's CPU component
+    assert json.loads(commands.node_resources(None, 0, "rollout")) == {"mpiray_role_rollout": 1}
 
 
 def test_every_node_starts_with_its_labels_in_rays_form():

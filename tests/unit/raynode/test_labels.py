@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpiray.batch.environment import detect, leaf_switch
+from mpiray.batch.environment import cray_switch, detect, leaf_switch, read_cray_name
 from mpiray.errors import ConfigError
 from mpiray.options import parse_args
 from mpiray.raynode import labels
@@ -56,6 +56,34 @@ def test_the_options_give_the_users_labels_sorted_and_the_role():
     assert parse_args([], {}).role == "main"
 
 
+def test_a_role_per_rank_range_gives_each_rank_the_first_that_names_it_and_main_to_the_rest():
+    given = "trainer=0-1,rollout=2-,odd=9"
+    assert [labels.role_of(given, rank) for rank in range(5)] == ["trainer", "trainer", "rollout", "rollout", "rollout"]
+    assert [labels.role_of("learner=1", rank) for rank in range(3)] == ["main", "learner", "main"]
+    assert labels.role_of("rollout", 7) == "rollout"
+    assert parse_args(["--role", "trainer=0-1,rollout=2-"], {}).role == "trainer=0-1,rollout=2-"
+
+
+@pytest.mark.parametrize("given, said", [
+    ("trainer=a-b", "is not NAME=RANKS"),
+    ("trainer=0-1,rollout", "'rollout' is not NAME=RANKS"),
+    ("trainer=3-1", "runs backwards"),
+    ("roll out=0", "role 'roll out'"),
+])
+def test_a_bad_role_range_is_a_config_error_saying_which_part(given, said):
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--role", given], {})
+    assert said in str(error.value) and "--role" in str(error.value)
+
+
+def test_a_role_for_ranks_the_job_does_not_have_is_named_with_the_jobs_ranks():
+    assert labels.roles_problem("trainer=0-1,rollout=2-", 3) is None
+    assert labels.roles_problem("trainer=0-1,rollout=2-", 2) == (
+        "--role rollout=2-: this job has 2 ranks (0-1); name ranks it has, or start more ranks")
+    assert labels.roles_problem("a=0,b=5", 4).startswith("--role b=5: this job has 4 ranks (0-3)")
+    assert labels.roles_problem("rollout", 1) is None
+
+
 @pytest.mark.parametrize("addr, pattern, switch", [
     ("spine1.leaf3.node17", "switch.switch.node", "leaf3"),
     ("leaf3.node17", None, "leaf3"),
@@ -65,6 +93,22 @@ def test_the_options_give_the_users_labels_sorted_and_the_role():
 ])
 def test_the_leaf_switch_is_the_part_before_the_node_in_slurms_topology_address(addr, pattern, switch):
     assert leaf_switch(addr, pattern) == switch
+
+
+@pytest.mark.parametrize("name, switch", [
+    ("x1000c3s5b0n1", "x1000c3"),  # HPE Cray EX's xname: cabinet x1000, chassis c3
+    ("c0-0c2s7n1", "c0-0c2"),  # Cray XC's cname
+    ("nid001234", None),
+    (None, None),
+])
+def test_a_cray_nodes_switch_group_is_its_cabinet_and_chassis(name, switch):
+    assert cray_switch(name) == switch
+
+
+def test_the_cray_name_is_read_from_the_first_file_that_holds_one(tmp_path):
+    (tmp_path / "xname").write_text("x1000c3s5b0n1\n")
+    assert read_cray_name((str(tmp_path / "none"), str(tmp_path / "xname"))) == "x1000c3s5b0n1"
+    assert read_cray_name((str(tmp_path / "none"),)) is None
 
 
 def test_the_batch_environment_reads_the_partition_queue_and_switch():
