@@ -147,6 +147,12 @@ def _add_resource_flags(parser: argparse.ArgumentParser) -> None:
                            help="CPUs of each learner (default: 1 for a CPU learner, 0 beside a GPU)")
     resources.add_argument("--num-gpus-per-learner", type=non_negative_float, default=None,
                            help="GPUs of each learner (default: 0)")
+    resources.add_argument("--learners-on", metavar="ROLE", default=None,
+                           help="the remote learners on the nodes of this role only (mpiray --role ROLE; the "
+                                "custom resource mpiray_role_ROLE), e.g. a hetjob's GPU component")
+    resources.add_argument("--env-runners-on", metavar="ROLE", default=None,
+                           help="the env runners on the nodes of this role only, e.g. a --join job's rollout pool; "
+                                "their default number is then that pool's CPUs")
     resources.add_argument("--num-cpus", type=positive_int, default=None,
                            help="legacy: CPUs of the local Ray started when RAY_ADDRESS is unset; "
                                 "ignored on the launcher's cluster")

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Iterator, Mapping, MutableMapping, Optional
 
-from mpiray.driver import LEARNER_SLOT, private_local_ray, ray_version
+from mpiray.driver import LEARNER_SLOT, ROLE_RESOURCE, private_local_ray, ray_version, role_resource
 from train.errors import ResourceError
 
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
@@ -24,12 +24,22 @@ class ClusterInfo:
     total_gpus: float
     head_cpus: float = 0.0  # what the head node (rank 0's, under the launcher) offers
     head_gpus: float = 0.0
-    # What each alive node offers: CPU, GPU and mpiray's learner slots (none on a Ray mpiray did not start).
+    # What each alive node offers: CPU, GPU, mpiray's learner slots and its role's resource (mpiray_role_NAME)
+    # (neither on a Ray mpiray did not start).
     nodes: tuple[Mapping[str, float], ...] = ()
 
     @property
     def learner_slots(self) -> float:
         return sum(node.get(LEARNER_SLOT, 0) for node in self.nodes)
+
+    @property
+    def roles(self) -> list[str]:
+        """The roles (mpiray --role) the nodes have."""
+        return sorted({name[len(ROLE_RESOURCE):] for node in self.nodes for name in node if name.startswith(ROLE_RESOURCE)})
+
+    def pool(self, role: str) -> list[Mapping[str, float]]:
+        """The nodes of role."""
+        return [node for node in self.nodes if node.get(role_resource(role), 0) > 0]
 
 
 @contextlib.contextmanager
@@ -71,8 +81,10 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
         total_gpus=float(environ.get("MPIRAY_TOTAL_GPUS") or resources.get("GPU", 0)),
         head_cpus=float(head.get("CPU", 0)),
         head_gpus=float(head.get("GPU", 0)),
-        nodes=tuple({name: float(node.get("Resources", {}).get(name, 0))
-                     for name in ("CPU", "GPU", LEARNER_SLOT, HEAD_RESOURCE)} for node in alive_nodes),
+        nodes=tuple({**{name: float(node.get("Resources", {}).get(name, 0))
+                        for name in ("CPU", "GPU", LEARNER_SLOT, HEAD_RESOURCE)},
+                     **{name: float(amount) for name, amount in node.get("Resources", {}).items()
+                        if name.startswith(ROLE_RESOURCE)}} for node in alive_nodes),
     )
 
 
@@ -122,11 +134,13 @@ def learner_bundles(algorithm_config) -> list[Mapping[str, float]]:
     return list(_get_learner_bundles(algorithm_config))
 
 
-def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on_head: bool = False) -> None:
+def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on_head: bool = False,
+                   role: Optional[str] = None) -> None:
     """Fail fast when the learners could never be placed (Tune would show the trial pending forever).
 
     spread: each learner takes a learner slot (spread_learners); main_on_head: the algorithm's main process
-    is pinned to the head node (pin_to_head), whose CPUs it then takes first."""
+    is pinned to the head node (pin_to_head), whose CPUs it then takes first; role: the learners go on that
+    role's nodes only (--learners-on)."""
     learners = algorithm_config.num_learners
     if learners == 0:
         return
@@ -142,7 +156,8 @@ def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on
         return
     if not spread:
         return
-    free = [dict(node) for node in cluster.nodes]
+    free = [dict(node) for node in (cluster.pool(role) if role else cluster.nodes)]
+    offered = sum(node.get(LEARNER_SLOT, 0) for node in free)
     main = algorithm_config.algo_class.default_resource_request(algorithm_config).bundles[0]
     for head_node in free if main_on_head else ():
         if head_node.get(HEAD_RESOURCE):
@@ -161,11 +176,37 @@ def check_learners(algorithm_config, cluster: ClusterInfo, spread: bool, main_on
         placed += 1
     if placed < learners:
         head = f", the head's after the algorithm's main process ({main.get('CPU', 0):g} CPU)" if main_on_head else ""
+        nodes = f"the role {role}'s nodes" if role else "the cluster's nodes"
         raise ResourceError(
-            f"{learners} learners, but the cluster's nodes can hold {placed}: they offer {cluster.learner_slots:g} "
+            f"{learners} learners, but {nodes} can hold {placed}: they offer {offered:g} "
             f"learner slots (mpiray_learner_slot: each node 1, or one per GPU; --learner-slots), and each learner "
             f"needs {need.get('CPU', 0):g} CPUs and {need.get('GPU', 0):g} GPUs of its node's{head}. Give "
             f"--num-learners {placed} or fewer, or run on more nodes")
+
+
+def check_role(cluster: ClusterInfo, role: Optional[str], option: str) -> None:
+    """Fail fast when option (--learners-on, --env-runners-on) names a role no node has: Tune would wait forever."""
+    if role is not None and not cluster.pool(role):
+        have = ", ".join(cluster.roles) or "none (not a cluster mpiray started)"
+        raise ResourceError(f"{option} {role}: no node of this cluster has that role (the roles here: {have}). Start "
+                            f"its nodes with mpiray's --role {role} (a --join job's, or a rank range such as "
+                            f"--role main=0,{role}=1-), or name one of those")
+
+
+def env_runner_cpus(cluster: ClusterInfo, role: str, reserved_cpus: float, shared: bool) -> float:
+    """The CPUs the env runners have on role's nodes (--env-runners-on): all of them, less reserved_cpus (the
+    algorithm's main process and its learners) where those share the pool (shared)."""
+    return sum(node.get("CPU", 0) for node in cluster.pool(role)) - (reserved_cpus if shared else 0)
+
+
+def check_env_runners_fit(algorithm_config, role: str, cpus: float) -> None:
+    """Fail fast when the env runners asked for do not fit the CPUs of role's nodes (cpus: env_runner_cpus)."""
+    need = algorithm_config.num_env_runners * algorithm_config.num_cpus_per_env_runner
+    if need > cpus:
+        raise ResourceError(
+            f"{algorithm_config.num_env_runners} env runners of {algorithm_config.num_cpus_per_env_runner:g} CPUs "
+            f"need {need:g} CPUs on the role {role}'s nodes, which have {cpus:g} for them. Give --num-env-runners "
+            f"{int(cpus // max(algorithm_config.num_cpus_per_env_runner, 1e-9))} or fewer, or leave it unset")
 
 
 def _largest(cluster: ClusterInfo) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
-from mpiray.driver import LEARNER_SLOT
+from mpiray.driver import LEARNER_SLOT, ROLE_SHARE, ray_version, role_resource
 from train.cluster import HEAD_RESOURCE
 from train.envs import EnvChoice
 from train.errors import AlgorithmNotFoundError, OptionError
@@ -48,26 +48,33 @@ class ScoreMetricCopy:
 
 
 LEARNERS_KEY = "mpiray_learners"  # a result's learners: their nodes' addresses, comma separated
+ENV_RUNNERS_KEY = "mpiray_env_runners"  # a result's remote env runners: their nodes' addresses, comma separated
+
+
+def _node_address(_=None) -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerPlaces:
-    """RLlib on_train_result hook: where the learners run, asked of the learners themselves (once), into
-    every result as LEARNERS_KEY; the driver says it once per trial (train/progress.py)."""
+    """RLlib on_train_result hook: where the learners and the remote env runners run, asked of them (once),
+    into every result as LEARNERS_KEY and ENV_RUNNERS_KEY; the driver says it once per trial (train/progress.py)."""
 
     def __call__(self, *, algorithm, result: dict, **kwargs) -> None:
-        places = getattr(algorithm, "_mpiray_learner_places", None)
+        places = getattr(algorithm, "_mpiray_places", None)
         if places is None:
-            import ray
-
             group = algorithm.learner_group
             if group is None or group.is_local:  # the local learner: in the algorithm's own process
-                places = [ray.util.get_node_ip_address()]
+                learners = [_node_address()]
             else:
-                answers = group.foreach_learner(lambda learner: ray.util.get_node_ip_address())
-                places = [answer.get() for answer in answers if answer.ok]
-            algorithm._mpiray_learner_places = places
-        result[LEARNERS_KEY] = ",".join(places)
+                learners = [answer.get() for answer in group.foreach_learner(_node_address) if answer.ok]
+            runners = algorithm.env_runner_group
+            env_runners = [] if runners is None or runners.num_remote_env_runners() == 0 else \
+                list(runners.foreach_env_runner(_node_address, local_env_runner=False, timeout_seconds=30))
+            places = algorithm._mpiray_places = (",".join(learners), ",".join(env_runners))
+        result[LEARNERS_KEY], result[ENV_RUNNERS_KEY] = places
 
 
 def algorithm_names() -> list[str]:
@@ -165,6 +172,26 @@ def spread_learners(algorithm_config) -> bool:
     asked.setdefault(LEARNER_SLOT, 1)
     algorithm_config.learners(custom_resources_per_learner=asked)
     return True
+
+
+def place_by_role(algorithm_config, learners_on: str | None, env_runners_on: str | None) -> None:
+    """--learners-on / --env-runners-on: each remote learner or env runner asks ROLE_SHARE of its role's custom
+    resource (mpiray --role), so it runs on that pool's nodes; merged into what the config already asks (RLlib
+    replaces the whole dict). OptionError where it cannot be said: no remote learner, or a Ray without
+    custom_resources_per_learner."""
+    if env_runners_on:
+        asked = dict(algorithm_config.custom_resources_per_env_runner or {})
+        algorithm_config.env_runners(custom_resources_per_env_runner={**asked, role_resource(env_runners_on): ROLE_SHARE})
+    if not learners_on:
+        return
+    if algorithm_config.num_learners == 0:
+        raise OptionError(f"--learners-on {learners_on} places remote learners, and this run has none (its one learner "
+                          "runs in the algorithm's main process, on the head): give --num-learners N")
+    if not takes(algorithm_config, "learners", "custom_resources_per_learner"):
+        raise OptionError(f"--learners-on {learners_on}: this Ray's RLlib ({ray_version()}) cannot place learners by a "
+                          "custom resource (no custom_resources_per_learner): use Ray 2.60, or leave it out")
+    asked = dict(getattr(algorithm_config, "custom_resources_per_learner", None) or {})
+    algorithm_config.learners(custom_resources_per_learner={**asked, role_resource(learners_on): ROLE_SHARE})
 
 
 def learners_of(options: TrainOptions) -> dict[str, Any]:

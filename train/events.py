@@ -14,6 +14,7 @@ from mpiray import driver
 PREFIX = "trainer-"
 KINDS = driver.event_kinds(
     learners_placed=(driver.INFO, "trial {trial}: learners: {count} on {nodes} nodes: {addresses}"),
+    env_runners_placed=(driver.INFO, "trial {trial}: env runners: {count} on {nodes} nodes: {addresses}"),
     learner_node_lost=(driver.ERROR, "trial {trial}: a learner's node was lost; RLlib does not restart learners, so "
                                      "the trial failed after its last checkpoint: {error}",
                        ("a node that held an RLlib learner was lost: RLlib does not restart learners, so the training "

@@ -28,6 +28,8 @@ class TrainOptions:
     num_learners: Optional[int] = None
     num_cpus_per_learner: Optional[float] = None
     num_gpus_per_learner: Optional[float] = None
+    learners_on: Optional[str] = None  # the role (mpiray --role) whose nodes hold the remote learners
+    env_runners_on: Optional[str] = None  # the role whose nodes hold the env runners
     framework: str = "torch"
     lr: Optional[float] = None
     train_batch_size: Optional[int] = None

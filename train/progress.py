@@ -8,7 +8,7 @@ from collections import Counter
 from ray.tune import Callback
 
 from train import events
-from train.config import LEARNERS_KEY, lookup_metric
+from train.config import ENV_RUNNERS_KEY, LEARNERS_KEY, lookup_metric
 from train.options import ENV_STEPS_METRIC, RETURN_METRIC
 
 # Checkpoints saved in this process, by trial id: said once at the end instead of Tune's line for each.
@@ -27,6 +27,11 @@ class ProgressLine(Callback):
             print(f"[train] {format_learners(addresses)}", file=sys.stderr, flush=True)
             events.event("learners_placed", trial=trial.trial_id, count=len(addresses), nodes=len(set(addresses)),
                          addresses=", ".join(addresses))
+            runners = [address for address in result.get(ENV_RUNNERS_KEY, "").split(",") if address]
+            if runners:
+                print(f"[train] {format_places('env runners', runners)}", file=sys.stderr, flush=True)
+                events.event("env_runners_placed", trial=trial.trial_id, count=len(runners), nodes=len(set(runners)),
+                             addresses=", ".join(runners))
         print(format_progress(trial.trial_id, result), file=sys.stderr, flush=True)
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
@@ -51,7 +56,12 @@ def format_progress(trial_id: str, result: dict) -> str:
 
 def format_learners(addresses: list[str]) -> str:
     """'learners: 3 on 3 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.3' (each learner's node address, as the learners said)."""
-    return f"learners: {len(addresses)} on {len(set(addresses))} nodes: {', '.join(addresses)}"
+    return format_places("learners", addresses)
+
+
+def format_places(what: str, addresses: list[str]) -> str:
+    """'WHAT: 3 on 2 nodes: 10.0.0.1, 10.0.0.1, 10.0.0.2': each actor's node address, as the actors said."""
+    return f"{what}: {len(addresses)} on {len(set(addresses))} nodes: {', '.join(addresses)}"
 
 
 def format_checkpoints(saved: int, kept: int) -> str:

@@ -60,7 +60,14 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         # Several trials: each goes where it fits, and its node's loss ends it alone.
         on_head = options.num_samples == 1 and _place_algorithm(algorithm_config, ray_cluster)
         spread = ray_cluster.learner_slots > 0 and config.spread_learners(algorithm_config)
-        cluster.check_learners(algorithm_config, ray_cluster, spread, on_head)  # first: the learners' own reason
+        config.place_by_role(algorithm_config, options.learners_on, options.env_runners_on)
+        cluster.check_role(ray_cluster, options.learners_on, "--learners-on")
+        cluster.check_role(ray_cluster, options.env_runners_on, "--env-runners-on")
+        # first: the learners' own reason
+        cluster.check_learners(algorithm_config, ray_cluster, spread, on_head, options.learners_on)
+        if options.env_runners_on:
+            cluster.check_env_runners_fit(algorithm_config, options.env_runners_on, _pool_cpus(options, ray_cluster,
+                                                                                              reserved_cpus))
         cluster.check_resources(algorithm_config, ray_cluster)
         if resume_dir is not None:  # Tune restores the saved config, sized for the cluster it started on
             for params in storage.saved_params(resume_dir):
@@ -96,9 +103,21 @@ def _num_env_runners(options: TrainOptions, ray_cluster: cluster.ClusterInfo, re
         return 0
     if options.num_env_runners is not None:
         return options.num_env_runners
+    if options.env_runners_on:  # the pool's CPUs (an unknown role: check_role says so next)
+        return max(0, int(_pool_cpus(options, ray_cluster, reserved_cpus)))
     if options.num_samples > 1:  # a trial per node: the head's CPUs each (an elastic cluster adds nodes of that size)
         return cluster.default_num_env_runners(ray_cluster.head_cpus or ray_cluster.total_cpus, reserved_cpus)
     return cluster.default_num_env_runners(ray_cluster.total_cpus, reserved_cpus)
+
+
+def _pool_cpus(options: TrainOptions, ray_cluster: cluster.ClusterInfo, reserved_cpus: float) -> float:
+    """The CPUs the env runners have on --env-runners-on's nodes: less the algorithm's main process and its
+    learners' where they may run there too (the head is in the pool, or the learners may go there)."""
+    role = options.env_runners_on or ""
+    learners = config.learners_of(options)["num_learners"] > 0
+    shared = any(node.get(cluster.HEAD_RESOURCE) for node in ray_cluster.pool(role)) or \
+        options.learners_on == role or (learners and options.learners_on is None)
+    return cluster.env_runner_cpus(ray_cluster, role, reserved_cpus, shared)
 
 
 def _local_num_cpus(options: TrainOptions, environ: MutableMapping[str, str]) -> Optional[int]:

@@ -81,7 +81,7 @@ def test_nested_checkpoint_score_is_copied_to_the_top_level():
     assert math.isnan(empty["env_runners/episode_return_mean"])
 
 
-def test_every_result_says_where_the_learners_run_as_they_said_it_once():
+def test_every_result_says_where_the_learners_and_env_runners_run_as_they_said_it_once():
     from types import SimpleNamespace
 
     from ray.rllib.utils.actor_manager import RemoteCallResults, ResultOrError
@@ -96,12 +96,20 @@ def test_every_result_says_where_the_learners_run_as_they_said_it_once():
             answers.add_result(None, ResultOrError(result=address), None)
         return answers
 
-    algorithm = SimpleNamespace(learner_group=SimpleNamespace(is_local=False, foreach_learner=foreach_learner))
+    def foreach_env_runner(func, local_env_runner, timeout_seconds):
+        asked.append(func)
+        assert not local_env_runner  # the remote ones: the local one is the algorithm's process
+        return ["10.0.0.3", "10.0.0.3"]
+
+    runners = SimpleNamespace(num_remote_env_runners=lambda: 2, foreach_env_runner=foreach_env_runner)
+    algorithm = SimpleNamespace(learner_group=SimpleNamespace(is_local=False, foreach_learner=foreach_learner),
+                                env_runner_group=runners)
     first, second = {}, {}
     hook(algorithm=algorithm, result=first)
     hook(algorithm=algorithm, result=second)
     assert first[config.LEARNERS_KEY] == second[config.LEARNERS_KEY] == "10.0.0.1,10.0.0.2,10.0.0.1"
-    assert len(asked) == 1  # the learners are asked once
+    assert first[config.ENV_RUNNERS_KEY] == second[config.ENV_RUNNERS_KEY] == "10.0.0.3,10.0.0.3"
+    assert len(asked) == 2  # the learners and the env runners are asked once
     from train.progress import format_learners
 
     assert format_learners(first[config.LEARNERS_KEY].split(",")) == \
