@@ -5,6 +5,7 @@
 # code is the driver's.
 #
 #   cd /where/logs/should/go && sbatch /path/to/jobs/slurm_hetjob.sh
+#   sbatch jobs/slurm_hetjob.sh python my_driver.py --its-flags   # a driver of yours, not the trainer
 #
 # Component 0 is everything before `#SBATCH hetjob`, component 1 what follows. sbatch options
 # override them per component, separated by ':' (`sbatch -p gpu-debug : -p debug jobs/...`).
@@ -44,8 +45,13 @@ LEARNER_GPUS=${LEARNER_GPUS:-${allocated_gpus##*:}}
 # What rank 0 runs once every node has joined (shell-style quoting works). The trainer's
 # --num-gpus N asks for N learners of one GPU each: only the learner node's Ray node has GPUs and
 # learner slots (one per GPU; the rollout nodes offer none: --learner-slots 0), so they all land
-# there, and the env runners on the rollout nodes.
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus $LEARNER_GPUS --stop-timesteps 1000000"}
+# there; --env-runners-on rollout puts the env runners on the rollout nodes only (the role each
+# component's nodes get below: --role), one per CPU of theirs.
+export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --num-gpus $LEARNER_GPUS --env-runners-on rollout --stop-timesteps 1000000"}
+# A driver given after the script's name on sbatch's line wins over both.
+if [ $# -gt 0 ]; then
+  MPIRAY_DRIVER=$(printf '%q ' "$@")
+fi
 # Seconds the driver gets from SIGTERM to SIGKILL, e.g. to save a checkpoint (Ray's own
 # processes then get at most 5 s more). Keep it well below the 120 s notice above.
 export MPIRAY_STOP_GRACE=${MPIRAY_STOP_GRACE:-20}
@@ -61,7 +67,8 @@ echo "job $SLURM_JOB_ID: learner $SLURM_JOB_NODELIST_HET_GROUP_0 ($LEARNER_GPUS 
 # One srun step over both components: `srun --het-group=0,1 CMD` would run the same command
 # line on both; here each component gets its own (after ':'): the learner node's Ray node offers
 # its GPUs (and a learner slot for each), the rollout nodes' neither, and each offers its
-# component's CPUs. (--num-cpus because
+# component's CPUs. Each component's nodes are a pool Ray can address by role: the label
+# mpiray.io/role (label_selector={"mpiray.io/role": "rollout"}) and the resource mpiray_role_rollout. (--num-cpus because
 # Slurm 22.05 hands every task of a hetjob step the same SLURM_CPUS_PER_TASK; --cpus-per-task
 # because srun no longer inherits it from sbatch.) --mpi=pmi2 makes one MPI world of all ranks,
 # component 0's first.
@@ -79,9 +86,9 @@ rollout_cpus=$SLURM_CPUS_PER_TASK_HET_GROUP_1
 code=0
 srun --mpi=pmi2 \
      --het-group=0 --kill-on-bad-exit=1 --cpus-per-task="$learner_cpus" \
-         "${launcher[@]}" --num-cpus "$learner_cpus" --num-gpus "$LEARNER_GPUS" : \
+         "${launcher[@]}" --num-cpus "$learner_cpus" --num-gpus "$LEARNER_GPUS" --role trainer : \
      --het-group=1 --kill-on-bad-exit=1 --cpus-per-task="$rollout_cpus" \
-         "${launcher[@]}" --num-cpus "$rollout_cpus" --num-gpus 0 --learner-slots 0 || code=$?
+         "${launcher[@]}" --num-cpus "$rollout_cpus" --num-gpus 0 --learner-slots 0 --role rollout || code=$?
 
 echo "job $SLURM_JOB_ID: exit code $code; per-rank logs in $SLURM_SUBMIT_DIR/logs/$SLURM_JOB_ID/"
 exit "$code"  # the job's ExitCode in sacct: the driver's

@@ -29,8 +29,10 @@ MPIRAY_DIR=${MPIRAY_DIR:-$HOME/mpiray}
 ENV_SETUP=${ENV_SETUP:-"source $MPIRAY_DIR/.venv/bin/activate"}
 # What rank 0 runs once every node has joined (shell-style quoting works); the RLlib trainer here.
 # A requeued job keeps its id, and the trainer continues the experiment that id started from its
-# last checkpoint (a finished one is not trained again): nothing here changes between runs.
-export MPIRAY_DRIVER=${MPIRAY_DRIVER:-"python -m train --stop-timesteps 1000000"}
+# last checkpoint (a finished one is not trained again): nothing here changes between runs. An
+# empty MPIRAY_DRIVER stays empty: no driver, as for a job that joins another's cluster and serves
+# it (MPIRAY_JOIN=4711 MPIRAY_ROLE=rollout MPIRAY_DRIVER= sbatch jobs/slurm_multi_node.sh).
+export MPIRAY_DRIVER=${MPIRAY_DRIVER-"python -m train --stop-timesteps 1000000"}
 # A driver given after the script's name on sbatch's line wins over both.
 if [ $# -gt 0 ]; then
   MPIRAY_DRIVER=$(printf '%q ' "$@")

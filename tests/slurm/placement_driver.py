@@ -45,7 +45,8 @@ spread = ray.get([where.options(scheduling_strategy="SPREAD").remote(0.5) for _ 
 report = {
     "nodes": [
         {"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "host": n["NodeManagerHostname"],
-         "resources": {k: v for k, v in n["Resources"].items() if k in ("CPU", "GPU", "mpiray_learner_slot")}}
+         "resources": {k: v for k, v in n["Resources"].items() if k in ("CPU", "GPU", "mpiray_learner_slot")},
+         "role": n.get("Labels", {}).get("mpiray.io/role"), "gpu_domain": n.get("Labels", {}).get("ray.io/gpu-domain")}
         for n in nodes
     ],
     "pinned": pinned,

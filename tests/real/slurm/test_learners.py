@@ -11,7 +11,6 @@ Each runs real RLlib training over real srun; together they take a few minutes o
 from __future__ import annotations
 
 import re
-import shlex
 import time
 from pathlib import Path
 
@@ -23,10 +22,12 @@ from mpiray.logs.report.jobdir import read_job
 from train.run import LOST_NODE_SIGNS
 
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
+from slurm.recipes import recipe_line, submit_as_printed
 
 pytestmark = pytest.mark.train
 RECIPES = ROOT / "jobs" / "recipes"
 LEARNERS_LINE = re.compile(r"^\[train\] learners: (\d+) on (\d+) nodes: (.*)$", re.M)
+ENV_RUNNERS_LINE = re.compile(r"^\[train\] env runners: (\d+) on (\d+) nodes: (.*)$", re.M)
 PROGRESS = re.compile(r"^\[train\] \S+ iter (\d+) \| \d+ env steps \| return ([\d.]+)", re.M)
 
 
@@ -60,15 +61,23 @@ def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm
 
 
 @pytest.mark.timeout(JOB_TIMEOUT_S * 2)
-def test_dqn_with_two_learners_on_two_hosts(slurm_testbed, jobs, tmp_path):
+def test_dqn_with_two_learners_on_the_trainer_ranks_hosts_and_env_runners_on_the_rollout_ranks(slurm_testbed, jobs,
+                                                                                                tmp_path):
+    """Pools by rank range (--role trainer=0-1,rollout=2): the learners on the trainer nodes (--learners-on), the env
+    runners, as many as the rollout node's CPUs, on the rollout node (--env-runners-on), as they themselves said."""
     bed = slurm_testbed
-    result = bed.run(jobs.srun(tmp_path, 2, "--", *trainer(tmp_path, "--run", "DQN", "--num-learners", "2",
-                                                                "--stop-iters", "1")), timeout=JOB_TIMEOUT_S * 2)
+    result = bed.run(jobs.srun(tmp_path, 3, "--role", "trainer=0-1,rollout=2", "--", *trainer(
+        tmp_path, "--run", "DQN", "--num-learners", "2", "--learners-on", "trainer", "--env-runners-on", "rollout",
+        "--stop-iters", "1")), timeout=JOB_TIMEOUT_S * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    (placed,) = LEARNERS_LINE.findall(output)
-    assert placed[:2] == ("2", "2") and set(placed[2].split(", ")) <= set(bed.node_ips)
-    jobs.wait_until_gone(job_dir_of(tmp_path, jobs).name)
+    report = read_job(job_dir_of(tmp_path, jobs))
+    ip = {int(rank): manifest["ip"] for rank, manifest in report.manifests.items()}
+    (learners,) = LEARNERS_LINE.findall(output)
+    assert learners[:2] == ("2", "2") and sorted(learners[2].split(", ")) == sorted([ip[0], ip[1]])
+    (runners,) = ENV_RUNNERS_LINE.findall(output)
+    assert runners[:2] == ("2", "1") and runners[2].split(", ") == [ip[2], ip[2]]
+    jobs.wait_until_gone(report.job_id)
 
 
 def test_more_learners_than_the_nodes_hold_is_refused_in_seconds_with_what_fits(slurm_testbed, jobs, tmp_path):
@@ -145,47 +154,6 @@ def job_dir_of_newest(tmp_path: Path, jobs) -> Path:
                   key=lambda d: d.stat().st_mtime)
     jobs.ids.append(job_dir.name)
     return job_dir
-
-
-def recipe_line(recipe: Path) -> str:
-    """The sbatch line a recipe's docstring prints."""
-    (line,) = [line.strip() for line in recipe.read_text().splitlines() if "sbatch " in line]
-    return line
-
-
-SITE_LINES = {  # what slurm_multi_node.sh marks as the site's own, as this testbed has it
-    "#SBATCH --partition=standard": "#SBATCH --partition={partition}",
-    "#SBATCH --cpus-per-task=36": "#SBATCH --cpus-per-task=2",
-}
-
-
-def submit_as_printed(bed, jobs, tmp_path: Path, line: str) -> tuple[str, str]:
-    """line (`[VAR=value ...] sbatch ... jobs/SCRIPT [args]`), run as printed from a submit dir whose jobs/ is this
-    checkout's, with the script's site lines (its partition, a node's CPUs: Slurm 22.05 reads no variable for
-    --cpus-per-task) filled in as this testbed has them. Returns (the job id, its output)."""
-    jobs_dir = tmp_path / "jobs"
-    jobs_dir.mkdir()
-    for path in (ROOT / "jobs").iterdir():
-        (jobs_dir / path.name).symlink_to(path)
-    script = jobs_dir / "slurm_multi_node.sh"
-    text = script.read_text()
-    for printed, here in SITE_LINES.items():
-        assert printed in text, f"jobs/slurm_multi_node.sh no longer has {printed!r}"
-        text = text.replace(printed, here.format(partition=bed.partition))
-    script.unlink()
-    script.write_text(text)
-    words = shlex.split(line)
-    settings = dict(word.split("=", 1) for word in words[:words.index("sbatch")])
-    env = jobs.env(tmp_path, [], **settings)
-    del env["MPIRAY_DRIVER"]  # the driver is the line's
-    submitted = bed.login(words[words.index("sbatch"):], env=env, cwd=tmp_path, timeout=60)
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = re.fullmatch(r"Submitted batch job (\d+)\n", submitted.stdout)[1]
-    jobs.ids.append(job_id)
-    result = bed.wait_for_job(job_id, timeout=JOB_TIMEOUT_S)
-    output = (tmp_path / f"ray-multi-node-{job_id}.out").read_text()
-    assert (result.state, result.exit_code) == ("COMPLETED", 0), output[-3000:]
-    return job_id, output
 
 
 @pytest.mark.timeout(JOB_TIMEOUT_S * 3)

@@ -403,6 +403,12 @@ def test_hetjob_script_puts_the_gpus_on_the_learner_node_only(slurm_testbed, job
     # The learner slots too: one per GPU of the learner node, none on the rollout nodes (--learner-slots 0).
     assert resources.pop(learner) == {"CPU": 2.0, "GPU": 2.0, "mpiray_learner_slot": 2.0}
     assert list(resources.values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
+    # Each component's nodes are a pool by role (its own --role): the label Ray's selectors read.
+    assert sorted((node["host"] == learner, node["role"]) for node in seen["nodes"]) == \
+        [(False, "rollout"), (False, "rollout"), (True, "trainer")]
+    # Ray's own gpu-domain label on the node with GPUs alone: its host, as NVLink joins a node's GPUs.
+    assert {node["host"]: node["gpu_domain"] for node in seen["nodes"]} == {
+        host: host if host == learner else None for host in slurm_testbed.node_names}
     assert seen["gpu_task"]["host"] == learner and seen["gpu_task"]["cuda_visible_devices"] in ("0", "1")
     assert sorted(task["ip"] for task in seen["pinned"]) == slurm_testbed.node_ips
     logs = rank_logs(tmp_path / "logs" / job_id, 3)
