@@ -22,7 +22,7 @@ import json
 import os
 import stat
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from mpiray.errors import ConfigError, LaunchError, NoSuchCluster
@@ -143,9 +143,11 @@ class Registry:
             _write(self.token_path(entry.job_id), token)
         _write(root / f"{entry.job_id}.json", json.dumps(asdict(entry)))
 
-    def heartbeat(self, entry: Entry) -> None:
-        entry.heartbeat = time.time()
-        _write(self.entry_path(entry.job_id), json.dumps(asdict(entry)))
+    def heartbeat(self, entry: Entry) -> Entry:
+        """entry with its heartbeat now, written over the one it renews."""
+        beat = replace(entry, heartbeat=time.time())
+        _write(self.entry_path(entry.job_id), json.dumps(asdict(beat)))
+        return beat
 
     def remove(self, job_id: str) -> None:
         for path in (self.entry_path(job_id), self.token_path(job_id)):
@@ -226,7 +228,7 @@ class Published:
 
     def beat(self) -> None:
         try:
-            self.registry.heartbeat(self.entry)
+            self.entry = self.registry.heartbeat(self.entry)
         except OSError as error:
             self.log.event("registry_failed", root=str(self.registry.root), problem=str(error))
 

@@ -50,18 +50,26 @@ class ExitWatch:
             def __init__(self, *args):
                 super().__init__(*args)
                 if threading.current_thread() is threading.main_thread():
-                    watch.last = self
+                    watch.saw(self)
 
         def exit(code=None):
             raise SystemExit(code)
 
         def excepthook(kind, value, traceback):
-            watch.uncaught = 128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1
+            watch.saw_uncaught(128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1)
             saved_hook(kind, value, traceback)  # the traceback, shown once (rank 0 only)
 
         self._saved = (saved_exit, saved_hook)
         self.exit_type = SystemExit
         sys.exit, sys.excepthook, builtins.SystemExit = exit, excepthook, SystemExit  # type: ignore[misc]
+
+    def saw(self, exit: _REAL_SYSTEM_EXIT) -> None:
+        """A SystemExit made in the main thread: the last one counts, if it reaches the top level."""
+        self.last = exit
+
+    def saw_uncaught(self, code: int) -> None:
+        """An uncaught exception reached sys.excepthook: the interpreter exits with code."""
+        self.uncaught = code
 
     def uninstall(self) -> None:
         if self._saved is not None:
@@ -97,6 +105,17 @@ class ScriptSignals(StopRequest):
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # Ctrl-C, as usual (sys.excepthook: 130)
             raise self.exit_type(128 + signum)
+
+    def raise_in_script(self, raising: bool, exit_type: type[SystemExit] | None = None) -> None:
+        """Whether a stop signal now raises in the script's main thread (while it has the cluster), and as what
+        (the exit watch's SystemExit, where one watches)."""
+        self.raising = raising
+        if exit_type is not None:
+            self.exit_type = exit_type
+
+    def stop_script(self, code: int) -> None:
+        """The agent stops the script with code: its SIGTERM to the main thread raises SystemExit(code) there."""
+        self.pending = code
 
     def take_back(self) -> None:
         """After ray.init(), which sets a SIGTERM handler of its own (sys.exit(15)): ours again."""
@@ -160,14 +179,13 @@ class ScriptLeader:
         if error is None:
             if self.exit_watch is not None:
                 self.exit_watch.install()
-                self.signals.exit_type = self.exit_watch.exit_type
             self.signals.take_back()
-            self.signals.raising = True
+            self.signals.raise_in_script(True, self.exit_watch.exit_type if self.exit_watch is not None else None)
         self.answered.set()
 
     def end(self, code: int, how: str, process_ends: bool) -> int:
         """The script is done (its end, or mpiray.shutdown()): stop the cluster on every rank; the job's code."""
-        self.signals.raising = False  # a signal now must not break this off
+        self.signals.raise_in_script(False)  # a signal now must not break this off
         if self.result is not None or not self.agent.is_alive():
             return self.result if self.result is not None else code
         if self.me is not None and self.me.own_node.ended() is None:
@@ -186,7 +204,7 @@ class ScriptLeader:
         """library.run_script's: the script's main body ended so (the exit hook stops the cluster with it, after
         the script's threads and its own exit hooks); a stop signal now only tells the agent."""
         self.returned = (code, how)
-        self.signals.raising = False
+        self.signals.raise_in_script(False)
 
     def at_exit(self) -> None:
         """atexit (before mpi4py's MPI_Finalize): the script ended; every rank ends with its code."""
@@ -231,7 +249,7 @@ class ScriptLeader:
     def stop(self, grace: float, code: int) -> None:
         if self.ended.is_set() or self.stuck or self.cluster is None or not self.answered.is_set():
             return
-        self.signals.pending = code
+        self.signals.stop_script(code)
         signal.pthread_kill(self.main, signal.SIGTERM)
         if not self.ended.wait(grace):
             self.stuck = True

@@ -263,6 +263,10 @@ class RankLog:
         self._provisional: list[dict] | None = None  # what a provisional open's files hold so far
         self._lock = threading.Lock()
 
+    def ranked(self, rank: int) -> None:
+        """Its rank, once MPI_Init told it: a log made before (early_log) starts as rank 0's."""
+        self.rank = rank
+
     def open(self, job_dir: Path, rank: int | None = None, prefix: str = "", provisional: bool = False) -> None:
         """Start writing into job_dir (rank: the file's number, if not this rank's own; prefix: a joining
         job's, before the file names).

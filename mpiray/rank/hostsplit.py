@@ -61,10 +61,11 @@ def _plan_for(me: Rank, views: list[resources.HostView], job_id: str,
         return [PlanRefused(problem, "ports_per_host")] * len(views)
     units = resources.port_units(shares)
     try:
-        me.port_block = me.own_node.port_block(job_id, sum(units), reserved=gcs_port)
+        block = me.own_node.port_block(job_id, sum(units), reserved=gcs_port)
     except ConfigError as error:
         return [PlanRefused(str(error), error.cause)] * len(views)
-    for note in me.port_block.notes:
+    me.hold(block)
+    for note in block.notes:
         me.log.event("port_note", note=note)
-    ports = iter(portblocks.host_ports(me.port_block.base, units, gcs_port))
+    ports = iter(portblocks.host_ports(block.base, units, gcs_port))
     return [HostPlan(share, next(ports)) if share is not None else Idle() for share in shares]

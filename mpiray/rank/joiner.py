@@ -55,9 +55,9 @@ class Joiner(RankZero):
             raise NoSuchCluster(f"cluster {entry.job_id}'s GCS at {entry.gcs_address} does not answer: it is ending, "
                                 f"or this host cannot reach its host {entry.host}")
         plan = split_host_first(me, own_job)
-        me.session = session
-        me.session = dataclasses.replace(session, marker=preflight.make_marker(me))
-        me.comm.send_to_others(me.session, SESSION)
+        me.enter(session)
+        me.enter(dataclasses.replace(session, marker=preflight.make_marker(me)))
+        me.comm.send_to_others(me.current_session, SESSION)
         me.log.event("joining", cluster=entry.job_id, gcs_address=entry.gcs_address, head_host=entry.host,
                      workers=me.comm.size - 1)
         start_node(me, plan.share, plan.ports, head=False)
@@ -90,7 +90,7 @@ class Joiner(RankZero):
     def tick(self) -> None:
         if self.joined is not None and time.monotonic() - self.beat > HEARTBEAT_S:
             self.beat = time.monotonic()
-            self.joined.heartbeat = time.time()
+            self.joined = dataclasses.replace(self.joined, heartbeat=time.time())
             self._say_joined(self.joined)
 
     def announce(self, code: int) -> None:

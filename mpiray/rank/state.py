@@ -65,6 +65,25 @@ class Rank:
             raise RuntimeError("no session yet: rank 0 has not sent it")
         return self.session
 
+    def enter(self, session: Session) -> None:
+        """The session this rank is in from now: rank 0's as it made it (head, joiner) or sent it (worker), or a
+        spare's again, with the start of its own node (its start-up deadline counts from there)."""
+        self.session = session
+
+    def hold(self, block: PortBlock) -> None:
+        """The port block the host's first rank holds for its ranks (hostsplit), until the node's end."""
+        self.port_block = block
+
+    def go_idle(self) -> None:
+        """This rank starts no Ray node (one per host, not its own; a refused host; a spare's idle rank)."""
+        self.own_node = self.own_node.idle()
+
+    def meet_last(self, timeout: float) -> bool:
+        """The last barrier before MPI_Finalize: whether every rank reached it within timeout (else MPI_Finalize
+        would wait forever for the missing: all_met)."""
+        self.all_met = self.comm.barrier(timeout)
+        return self.all_met
+
     def log_started(self, job_id: str = "") -> None:
         """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
         self.log.event("rank_started", size=self.comm.size, launch=self.env.describe(), scheduler=self.env.scheduler,

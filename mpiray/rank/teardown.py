@@ -63,8 +63,7 @@ def head_stops_last(me: Rank) -> bool:
 
 
 def meet(me: Rank) -> None:
-    me.all_met = me.comm.barrier(me.config.stop_grace + MEET_MARGIN)
-    if not me.all_met:
+    if not me.meet_last(me.config.stop_grace + MEET_MARGIN):
         me.log.event("peer_missing")
 
 

@@ -51,7 +51,7 @@ class Worker:
         session = me.comm.receive(0, SESSION, Deadline.after(me.config.startup_timeout), me.raise_if_stopped)
         if session is None:
             raise StartupTimeout(f"no session from rank 0 within {me.config.startup_timeout:g} s")
-        me.session = session
+        me.enter(session)
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         me.log_started()
         # Its host's first rank: the link check's, and rank 0's verdict on the host (--spares too) before it splits it.
@@ -81,7 +81,7 @@ class Worker:
             me.comm.send(me.report(), 0, REPORT)
             return
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's; or a refused host
-            me.own_node = me.own_node.idle()
+            me.go_idle()
             if plan.excluded:
                 me.log.event("host_refused", why=plan.excluded)
             else:
@@ -109,11 +109,11 @@ class Worker:
         me = self.me
         self.spare = False
         me.log.event("spare_started")
-        me.session = dataclasses.replace(me.current_session, started=time.time())
+        me.enter(dataclasses.replace(me.current_session, started=time.time()))
         try:
             plan = split_host(me, me.current_session.ports_job_id)
             if isinstance(plan, Idle):
-                me.own_node = me.own_node.idle()
+                me.go_idle()
                 me.log.event("idle_by_design")
                 me.comm.send(me.report(), 0, REPORT)
                 return

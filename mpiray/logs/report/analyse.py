@@ -5,6 +5,7 @@ seconds after the job's first event, on the ranks' clocks."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -13,7 +14,7 @@ from datetime import timedelta
 from mpiray.logs.events import DECLARED, ERROR, INFO
 from mpiray.logs.report import elastic
 from mpiray.logs.report.classify import classify
-from mpiray.logs.report.model import FoundCause, JobReport, Phase, RankEntry
+from mpiray.logs.report.model import FirstError, FoundCause, JobReport, NeverReported, Phase, RankEntry
 from mpiray.logs.report.parse import EPOCH, JobError, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
@@ -51,8 +52,8 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
     changed_s = _drawn_until(unfinished, rel(changed)) if unfinished else None
     _relay_job_errors(head, ranks, size, rel)
     first_error = _first_error(facts, rel)
-    if first_error is not None and first_error["rank"] < size:  # rank 0 names a log relative to its own cwd
-        first_error["log"] = ranks[first_error["rank"]].log
+    if first_error is not None and first_error.rank < size:  # rank 0 names a log relative to its own cwd
+        first_error = dataclasses.replace(first_error, log=ranks[first_error.rank].log)
     exit_code = _exit_code(head, ranks)
     return JobReport(
         job_id=job_id,
@@ -104,9 +105,7 @@ def _drawn_until(unfinished: list[RankEntry], changed_s: float | None) -> float 
     """Ranks with no exit line lived at least until the job dir last changed: their last segment goes on to
     then; returns that time."""
     for entry in unfinished:
-        entry.logged_until_s = entry.last_s
-        if changed_s is not None and entry.segments and changed_s > entry.segments[-1][2]:
-            entry.segments[-1][2] = changed_s
+        entry.drawn_until(changed_s)
     return changed_s
 
 
@@ -115,8 +114,7 @@ def _relay_job_errors(head: RankFacts | None, ranks: list[RankEntry], size: int,
     for error in head.job_errors if head else ():
         time, rank, message, cause = error.time, error.rank, error.message, error.cause
         if rank != 0 and rank < size and not ranks[rank].error:
-            entry = ranks[rank]
-            entry.status, entry.error, entry.error_s, entry.cause = FAILED, message, rel(time), cause
+            ranks[rank].failed(FAILED, message, rel(time), cause)
 
 
 def _exit_code(head: RankFacts | None, ranks: list[RankEntry]) -> int | None:
@@ -323,7 +321,7 @@ def _count(number: int, thing: str) -> str:
     return f"{number} {thing}{'s' * (number != 1)}"
 
 
-def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
+def _first_error(facts: Mapping[int, RankFacts], rel) -> FirstError | None:
     """The earliest ERROR line of any rank; one rank 0 relays is the failing rank's own."""
     # (the error as rank 0 would relay it, who reported it): a rank's own wins over a relay of it at the same time
     candidates = [(JobError(e.time, f.rank, f.host, f.log, e.message, e.cause), f.rank)
@@ -332,19 +330,18 @@ def _first_error(facts: Mapping[int, RankFacts], rel) -> dict | None:
     if not candidates:
         return None
     error, reported_by = min(candidates, key=lambda c: (c[0].time, c[1] != c[0].rank))
-    return {"s": rel(error.time), "rank": error.rank, "host": error.host, "log": error.log, "message": error.message,
-            "reported_by": reported_by, "cause": error.cause}
+    return FirstError(rel(error.time), error.rank, error.host, error.log, error.message, reported_by, error.cause)
 
 
-def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> dict:
+def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> NeverReported:
     """Why a rank has no join line: no log, its own failure, rank 0 stopping it, or a log that just ends."""
-    never = {"rank": entry.rank, "host": entry.host, "log": entry.log, "why": "no log", "detail": "", "s": None}
+    never = NeverReported(entry.rank, entry.host, entry.log, "no log")
     if entry.status == FAILED:
-        return {**never, "why": "failed", "detail": entry.error, "s": entry.error_s}
+        return dataclasses.replace(never, why="failed", detail=entry.error, s=entry.error_s)
     if facts is None:
         return never
     if facts.first is None:
-        return {**never, "why": "empty log"}
+        return dataclasses.replace(never, why="empty log")
     stop = stopping_start(facts)
     progress = [step for step in facts.steps if stop is None or step[0] < stop] or facts.steps
     time, step = progress[-1]  # an event's name: the human log's words may change
@@ -354,4 +351,4 @@ def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> dict:
         why = "log ends before joining (killed, or still running)"
     else:
         why = f"exited with code {facts.exit_code} before joining"
-    return {**never, "why": why, "detail": f"last step: {step}", "s": rel(time)}
+    return dataclasses.replace(never, why=why, detail=f"last step: {step}", s=rel(time))

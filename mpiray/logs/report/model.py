@@ -40,6 +40,16 @@ class RankEntry:
     segments: list[Segment] = field(default_factory=list)
     job_error_s: float | None = None  # an error about the job (a start-up timeout) rank 0 named it in
 
+    def failed(self, status: str, error: str, error_s: float | None, cause: str) -> None:
+        """Rank 0's word that it failed, where its own log does not say so."""
+        self.status, self.error, self.error_s, self.cause = status, error, error_s, cause
+
+    def drawn_until(self, changed_s: float | None) -> None:
+        """A log with no exit line: it lived at least until changed_s (the job dir's last change), where later."""
+        self.logged_until_s = self.last_s
+        if changed_s is not None and self.segments and changed_s > self.segments[-1][2]:
+            self.segments[-1][2] = changed_s
+
 
 @dataclass
 class Phase:
@@ -75,6 +85,31 @@ class LeftOut:
 
 
 @dataclass
+class FirstError:
+    """The job's earliest failure, as the failing rank said it, or rank 0 of it (reported_by)."""
+
+    s: float | None  # seconds since the job's start
+    rank: int
+    host: str
+    log: str  # the failing rank's human log
+    message: str
+    reported_by: int
+    cause: str
+
+
+@dataclass
+class NeverReported:
+    """A rank with no join line, and why: "no log", "empty log", "failed", stopped, or a log that just ends."""
+
+    rank: int
+    host: str
+    log: str
+    why: str
+    detail: str = ""  # the failure, or its last step
+    s: float | None = None  # when
+
+
+@dataclass
 class JobReport:
     """A job read back from its rank logs (analyse.analyse)."""
 
@@ -91,8 +126,8 @@ class JobReport:
     earlier_runs: int  # runs of a re-used job id before the one shown
     cluster: list[RankEntry]
     phases: list[Phase]
-    first_error: dict[str, Any] | None
-    never_reported: list[dict[str, Any]]
+    first_error: FirstError | None
+    never_reported: list[NeverReported]
     unfinished: list[int]  # ranks without an exit line
     job_dir_changed_s: float | None
     warnings: list[dict[str, Any]]

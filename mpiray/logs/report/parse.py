@@ -52,6 +52,12 @@ class Peer:
     idle: bool = False
     join_slot: float | None = None
 
+    def learn(self, **known) -> None:
+        """What another event said of it: each value that says something ("", None, False and {} do not)."""
+        for name, value in known.items():
+            if value not in ("", None, False, {}):
+                setattr(self, name, value)
+
 
 class RankError(NamedTuple):
     """A rank's own failure, as its error event said it."""
@@ -130,133 +136,116 @@ class RankFacts:
     missing: list[int] = field(default_factory=list)  # rank 0: the ranks that did not join in time
     lost_nodes: list[tuple[float, int, str]] = field(default_factory=list)  # rank 0: (time, rank, why)
 
+    def read(self, record: dict) -> None:
+        """One event record (of this rank's last run, in order) into the facts."""
+        time, name, f, level = local_seconds(record), record["event"], record.get("fields", {}), record.get("level")
+        if not self.steps:
+            self.host, self.pid, self.first = record.get("host", ""), record.get("pid"), time
+        self.last, self.last_event = time, name
+        self.steps.append((time, name))
+        if name != "launched" and self.mpi_ready is None:  # every other event comes after MPI_Init
+            self.mpi_ready = time
+        if name in _SETS:
+            for attribute, value in _SETS[name].items():
+                setattr(self, attribute, value(time, f) if callable(value) else value)
+        elif name in _READERS:
+            _READERS[name](self, time, f)
+        elif level == ERROR:  # this rank's own failure (time_limit, head_lost, own_node_exited, ...)
+            self.errors.append(RankError(time, f.get("message") or text(name, f), f.get("cause", ""), name))
+        if level == WARNING:
+            self.warnings.append((time, text(name, f)))
+            if f.get("cause"):
+                self.hints.append(Hint(time, text(name, f), f["cause"]))
+
+    def peer(self, rank: int, **known) -> None:
+        self.peers.setdefault(rank, Peer()).learn(**known)
+
+    def _launched(self, time: float, f: dict) -> None:
+        self.launched, self.launch = time, dict(f)
+
+    def _failed(self, time: float, f: dict) -> None:
+        self.errors.append(RankError(time, f.get("message", ""), f.get("cause", ""), "failed"))
+
+    def _unexpected(self, time: float, f: dict) -> None:
+        last = [line for line in f.get("traceback", "").splitlines() if line.strip()][-1:] or ["?"]
+        self.errors.append(RankError(time, f"unexpected failure: {last[0]}", "unexpected", "unexpected"))
+
+    def _worker_failed(self, time: float, f: dict) -> None:
+        self.job_errors.append(JobError(time, f["peer"], f.get("peer_host", ""), f.get("log", ""),
+                                        f.get("message", ""), f.get("cause", "")))
+
+    def _startup_timeout(self, time: float, f: dict) -> None:
+        self.job_errors.append(JobError(time, self.rank, self.host, self.log, text("startup_timeout", f),
+                                        "startup_timeout"))
+        for missing in f.get("missing", []):
+            self.peer(missing["rank"], host=missing.get("host", ""))
+            self.missing.append(missing["rank"])
+
+    def _joined(self, time: float, f: dict) -> None:
+        self.joined, self.ip, self.resources = time, f.get("ip", ""), resources_of(f)
+
+    def _worker_joined(self, time: float, f: dict) -> None:
+        self.peer(f["peer"], host=f.get("peer_host", ""), ip=f.get("ip", ""), resources=resources_of(f), joined=time)
+
+    def _stopped(self, time: float, f: dict) -> None:
+        self.stopped, self.stopped_count = time, f.get("count", 0)
+        self.stopped_seconds, self.sigkilled = f.get("seconds", 0.0), f.get("killed", 0)
+        self.pids += f.get("pids", [])
+
+    def _first_signal(self, time: float, f: dict) -> None:
+        if self.signal is None:
+            self.signal = time
+
 
 def rank_facts(rank: int, records: list[dict], log: str = "") -> RankFacts:
     """One rank's event records -> what they say (the last run only, when a job id was re-used)."""
     records, earlier = last_run(records)
     facts = RankFacts(rank=rank, log=log, earlier_runs=earlier)
-    if not records:
-        return facts
-    facts.host, facts.pid = records[0].get("host", ""), records[0].get("pid")
-    facts.first, facts.last = local_seconds(records[0]), local_seconds(records[-1])
-    facts.last_event = records[-1]["event"]
     for record in records:
-        time = local_seconds(record)
-        facts.steps.append((time, record["event"]))
-        _read(facts, time, record["event"], record.get("fields", {}), level=record.get("level"))
+        facts.read(record)
     return facts
 
 
-def _read(facts: RankFacts, time: float, name: str, f: dict, *, level: str | None) -> None:
-    if name != "launched" and facts.mpi_ready is None:  # every other event comes after MPI_Init
-        facts.mpi_ready = time
-    reader = _READERS.get(name)
-    if reader is not None:
-        reader(facts, time, f)
-    elif level == ERROR:  # this rank's own failure (time_limit, head_lost, own_node_exited, ...)
-        facts.errors.append(RankError(time, f.get("message") or text(name, f), f.get("cause", ""), name))
-    if level == WARNING:
-        facts.warnings.append((time, text(name, f)))
-        if f.get("cause"):
-            facts.hints.append(Hint(time, text(name, f), f["cause"]))
+def _now(time: float, f: dict) -> float:
+    return time
 
 
-def _peer(facts: RankFacts, rank: int, **known) -> None:
-    peer = facts.peers.setdefault(rank, Peer())
-    for name, value in known.items():
-        if value not in ("", None, False, {}):
-            setattr(peer, name, value)
-
-
-def _context(facts, time, f):
-    facts.size = f.get("size")
-
-
-def _launched(facts, time, f):
-    facts.launched, facts.launch = time, dict(f)
-
-
-def _failed(facts, time, f):
-    facts.errors.append(RankError(time, f.get("message", ""), f.get("cause", ""), "failed"))
-
-
-def _unexpected(facts, time, f):
-    last = [line for line in f.get("traceback", "").splitlines() if line.strip()][-1:] or ["?"]
-    facts.errors.append(RankError(time, f"unexpected failure: {last[0]}", "unexpected", "unexpected"))
-
-
-def _worker_failed(facts, time, f):
-    facts.job_errors.append(JobError(time, f["peer"], f.get("peer_host", ""), f.get("log", ""), f.get("message", ""),
-                             f.get("cause", "")))
-
-
-def _startup_timeout(facts, time, f):
-    facts.job_errors.append(JobError(time, facts.rank, facts.host, facts.log, text("startup_timeout", f),
-                                     "startup_timeout"))
-    for missing in f.get("missing", []):
-        _peer(facts, missing["rank"], host=missing.get("host", ""))
-        facts.missing.append(missing["rank"])
-
-
-def _joined(facts, time, f):
-    facts.joined, facts.ip, facts.resources = time, f.get("ip", ""), resources_of(f)
-
-
-def _worker_joined(facts, time, f):
-    _peer(facts, f["peer"], host=f.get("peer_host", ""), ip=f.get("ip", ""), resources=resources_of(f), joined=time)
-
-
-def _stopped(facts, time, f):
-    facts.stopped, facts.stopped_count = time, f.get("count", 0)
-    facts.stopped_seconds, facts.sigkilled = f.get("seconds", 0.0), f.get("killed", 0)
-    facts.pids += f.get("pids", [])
-
-
-def _first_signal(facts, time, f):
-    if facts.signal is None:
-        facts.signal = time
-
-
-def _set(**values):
-    """A reader that sets facts' attributes: a value, or a function of (time, fields)."""
-    def read(facts, time, f):
-        for name, value in values.items():
-            setattr(facts, name, value(time, f) if callable(value) else value)
-    return read
-
-
+# Events that set facts: attribute -> a value, or a function of (time, fields).
+_SETS: dict[str, dict] = {
+    "rank_started": {"size": lambda t, f: f.get("size")},
+    "session_sent": {"session_sent": _now},
+    "node_starting": {"starting": _now},
+    "join_retry": {"join_attempts": lambda t, f: f.get("attempt", 2)},
+    "idle_by_design": {"idle": _now},
+    "cluster_ready": {"all_running": _now},
+    "driver_started": {"driver_started": _now, "driver": lambda t, f: f.get("command", "")},
+    "script_connected": {"driver_started": _now, "driver": "the calling script (mpiray.init)"},
+    "driver_exited": {"driver_exited": _now, "driver_code": lambda t, f: f.get("code")},
+    "script_ended": {"driver_exited": _now, "driver_code": lambda t, f: f.get("code")},
+    "job_ended": {"ended": _now},
+    "node_manifest": {"manifest": lambda t, f: dict(f)},
+    "batch_job": {"batch_job": lambda t, f: dict(f)},
+    "nodes_excluded": {"left_out": lambda t, f: LeftOut(str(f.get("hosts", "")), int(f.get("nodes", 0)),
+                                                        int(f.get("requested", 0)), str(f.get("why", "")),
+                                                        str(f.get("exclude", "")))},
+    "exit": {"exit_time": _now, "exit_code": lambda t, f: f.get("code")},
+}
+# Events that RankFacts reads with a method of its own (or adds to a list).
 _READERS = {
-    "rank_started": _context,
-    "launched": _launched,
-    "failed": _failed,
-    "unexpected": _unexpected,
-    "worker_failed": _worker_failed,
-    "startup_timeout": _startup_timeout,
-    "session_sent": _set(session_sent=lambda t, f: t),
-    "node_starting": _set(starting=lambda t, f: t),
-    "head_alive": _joined,
-    "node_alive": _joined,
+    "launched": RankFacts._launched,
+    "failed": RankFacts._failed,
+    "unexpected": RankFacts._unexpected,
+    "worker_failed": RankFacts._worker_failed,
+    "startup_timeout": RankFacts._startup_timeout,
+    "head_alive": RankFacts._joined,
+    "node_alive": RankFacts._joined,
     "node_pids": lambda facts, time, f: facts.pids.extend(f.get("pids", [])),
-    "worker_waiting": lambda facts, time, f: _peer(facts, f["peer"], host=f.get("peer_host", "")),
-    "worker_joined": _worker_joined,
-    "worker_idle": lambda facts, time, f: _peer(facts, f["peer"], host=f.get("peer_host", ""), idle=True, joined=time),
-    "join_granted": lambda facts, time, f: _peer(facts, f["peer"], join_slot=time),
-    "join_retry": _set(join_attempts=lambda t, f: f.get("attempt", 2)),
-    "idle_by_design": _set(idle=lambda t, f: t),
-    "cluster_ready": _set(all_running=lambda t, f: t),
-    "driver_started": _set(driver_started=lambda t, f: t, driver=lambda t, f: f.get("command", "")),
-    "script_connected": _set(driver_started=lambda t, f: t, driver="the calling script (mpiray.init)"),
-    "driver_exited": _set(driver_exited=lambda t, f: t, driver_code=lambda t, f: f.get("code")),
-    "script_ended": _set(driver_exited=lambda t, f: t, driver_code=lambda t, f: f.get("code")),
-    "job_ended": _set(ended=lambda t, f: t),
-    "signalled": _first_signal,
-    "stop_signal": _first_signal,
+    "worker_waiting": lambda facts, time, f: facts.peer(f["peer"], host=f.get("peer_host", "")),
+    "worker_joined": RankFacts._worker_joined,
+    "worker_idle": lambda facts, time, f: facts.peer(f["peer"], host=f.get("peer_host", ""), idle=True, joined=time),
+    "join_granted": lambda facts, time, f: facts.peer(f["peer"], join_slot=time),
+    "signalled": RankFacts._first_signal,
+    "stop_signal": RankFacts._first_signal,
     "node_lost": lambda facts, time, f: facts.lost_nodes.append((time, f.get("peer"), f.get("message", ""))),
-    "processes_stopped": _stopped,
-    "node_manifest": _set(manifest=lambda t, f: dict(f)),
-    "batch_job": _set(batch_job=lambda t, f: dict(f)),
-    "nodes_excluded": _set(left_out=lambda t, f: LeftOut(str(f.get("hosts", "")), int(f.get("nodes", 0)),
-                                                         int(f.get("requested", 0)), str(f.get("why", "")),
-                                                         str(f.get("exclude", "")))),
-    "exit": _set(exit_time=lambda t, f: t, exit_code=lambda t, f: f.get("code")),
+    "processes_stopped": RankFacts._stopped,
 }

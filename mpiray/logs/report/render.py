@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpiray.logs.report.model import FoundCause, JobReport
+from mpiray.logs.report.model import FoundCause, JobReport, NeverReported
 
 
 def _seconds(value: float | None) -> str:
@@ -93,9 +93,9 @@ def _first_error(report: JobReport) -> list[str]:
     error = report.first_error
     if not error:
         return ["first error: none"]
-    via = f", reported by rank {error['reported_by']}" if error["reported_by"] != error["rank"] else ""
-    return [f"first error: rank {error['rank']} on {error['host'] or '?'} at {_seconds(error['s'])} s{via} "
-            f"(log: {error['log']})", f"  {_short(error['message'])}"]
+    via = f", reported by rank {error.reported_by}" if error.reported_by != error.rank else ""
+    return [f"first error: rank {error.rank} on {error.host or '?'} at {_seconds(error.s)} s{via} "
+            f"(log: {error.log})", f"  {_short(error.message)}"]
 
 
 def _never_reported(report: JobReport, never_limit: int) -> list[str]:
@@ -106,20 +106,20 @@ def _never_reported(report: JobReport, never_limit: int) -> list[str]:
     out = [f"never reported (no join line): {len(never)} rank{'s' * (len(never) != 1)}"]
     groups = _never_groups(never)
     for key, members in groups[:never_limit]:
-        ranks = [n["rank"] for n in members]
-        hosts = sorted({n["host"] for n in members if n["host"]})
+        ranks = [n.rank for n in members]
+        hosts = sorted({n.host for n in members if n.host})
         where = f" on {', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''}" if hosts else ""
         example = members[0]
-        if example["why"] in ("no log", "empty log"):
-            out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example['why']}")
+        if example.why in ("no log", "empty log"):
+            out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {example.why}")
             continue
-        at = f"at {_seconds(example['s'])} s"
-        if example["why"] != "failed":
-            what = f"{key}; rank {example['rank']}'s {example['detail'].replace(': ', f' {at}: ', 1)}"
+        at = f"at {_seconds(example.s)} s"
+        if example.why != "failed":
+            what = f"{key}; rank {example.rank}'s {example.detail.replace(': ', f' {at}: ', 1)}"
         elif len(members) > 1:
-            what = f"{key} (e.g. rank {example['rank']} {at})"
+            what = f"{key} (e.g. rank {example.rank} {at})"
         else:
-            what = f"failed {at}: {example['detail']}"
+            what = f"failed {at}: {example.detail}"
         out.append(f"  rank{'s' * (len(ranks) != 1)} {_ranges(ranks)}{where}: {_short(what, 220)}")
     if len(groups) > never_limit:
         out.append(f"  ... and {len(groups) - never_limit} more kinds (see --json)")
@@ -214,10 +214,10 @@ def _manifests(manifests: dict, limit: int) -> list[str]:
     return out
 
 
-def _never_groups(never: list[dict]) -> list[tuple[str, list[dict]]]:
+def _never_groups(never: list[NeverReported]) -> list[tuple[str, list[NeverReported]]]:
     """Never-reported ranks grouped by what happened (a failure's text up to its details)."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[NeverReported]] = {}
     for n in never:
-        key = n["why"] if n["why"] != "failed" else "failed: " + n["detail"].splitlines()[0].split(" (")[0]
+        key = n.why if n.why != "failed" else "failed: " + n.detail.splitlines()[0].split(" (")[0]
         groups.setdefault(key, []).append(n)
     return list(groups.items())

@@ -67,14 +67,14 @@ def test_a_failed_start_names_the_failing_rank_first_and_the_ranks_that_never_re
     assert report.ranks == 4 and report.exit_code == 2
     assert [ranks[r].status for r in range(4)] == ["ok", "never reported", "never reported", "failed"]
     error = report.first_error
-    assert (error["rank"], error["host"], error["log"], error["reported_by"]) == (3, "vm", "/j/rank-0003.log", 3)
-    assert error["message"].startswith("cannot create the temp dir /nonexistent-dir") and error["cause"] == "temp_dir"
-    never = {n["rank"]: n for n in report.never_reported}
+    assert (error.rank, error.host, error.log, error.reported_by) == (3, "vm", "/j/rank-0003.log", 3)
+    assert error.message.startswith("cannot create the temp dir /nonexistent-dir") and error.cause == "temp_dir"
+    never = {n.rank: n for n in report.never_reported}
     assert sorted(never) == [1, 2, 3]
-    assert never[1]["why"] == "stopped by rank 0 before joining"
-    assert never[1]["detail"] == "last step: worker_will_connect"
-    assert never[2]["why"] == "no log" and never[2]["host"] == "vm2"  # rank 0 heard from it
-    assert never[3]["why"] == "failed"
+    assert never[1].why == "stopped by rank 0 before joining"
+    assert never[1].detail == "last step: worker_will_connect"
+    assert never[2].why == "no log" and never[2].host == "vm2"  # rank 0 heard from it
+    assert never[3].why == "failed"
     assert phase(report, "last join") is None and phase(report, "driver start") is None
     assert [(c.cause, c.ranks) for c in report.causes] == [("temp_dir", [3])]
     text = render.format_report(report)
@@ -88,12 +88,12 @@ def test_a_failed_start_names_the_failing_rank_first_and_the_ranks_that_never_re
 def test_rank_0_relaying_a_failure_counts_as_the_failing_ranks_when_its_own_log_is_missing():
     report = analyse(FAILED_RANK0, FAILED_RANK1, None, None)
     error = report.first_error
-    assert (error["rank"], error["host"], error["log"], error["reported_by"]) == (3, "vm", "/j/rank-0003.log", 0)
+    assert (error.rank, error.host, error.log, error.reported_by) == (3, "vm", "/j/rank-0003.log", 0)
     ranks = by_rank(report)
     assert ranks[0].status == "ok" and ranks[0].job_error_s is None  # its own node was fine
     assert ranks[3].status == "failed" and ranks[3].error.startswith("cannot create the temp dir")
     assert ranks[3].error_s == pytest.approx(1.937)  # when rank 0 heard of it
-    assert {n["rank"]: n["why"] for n in report.never_reported}[3] == "failed"
+    assert {n.rank: n.why for n in report.never_reported}[3] == "failed"
     assert [(c.cause, c.ranks) for c in report.causes] == [("temp_dir", [3])]
 
 
@@ -103,10 +103,10 @@ def test_a_startup_timeout_names_the_missing_rank_from_rank_0s_log():
     assert report.ranks == 2 and report.exit_code == 1
     assert ranks[0].status == "ok" and ranks[1].status == "never reported"
     assert ranks[1].host == "n2" and ranks[1].log == "/j/rank-0001.log"
-    assert report.first_error["rank"] == 0 and report.first_error["cause"] == "startup_timeout"
-    assert "did not join within --startup-timeout 15 s" in report.first_error["message"]
+    assert report.first_error.rank == 0 and report.first_error.cause == "startup_timeout"
+    assert "did not join within --startup-timeout 15 s" in report.first_error.message
     assert [(c.cause, c.ranks) for c in report.causes] == [("startup_timeout", [1])]
-    assert [n["rank"] for n in report.never_reported] == [1]
+    assert [n.rank for n in report.never_reported] == [1]
     assert ranks[0].job_error_s == pytest.approx(14.996)
 
 
@@ -135,7 +135,7 @@ def test_ranks_missing_from_the_job_dir_come_from_rank_0s_count():
     six = [dict(r, fields={**r["fields"], "size": 6}) if r["event"] == "rank_started" else r for r in OK_RANK0]
     report = analyse(six)
     assert report.ranks == 6
-    assert [n["rank"] for n in report.never_reported] == [2, 3, 4, 5]  # rank 1 joined, said rank 0
+    assert [n.rank for n in report.never_reported] == [2, 3, 4, 5]  # rank 1 joined, said rank 0
     assert "ranks 2-5: no log" in render.format_report(report)
     headless = analyse(None, FAILED_RANK1, None, FAILED_RANK3)
     assert headless.ranks == 4 and by_rank(headless)[0].status == "never reported"
