@@ -87,9 +87,10 @@ def role_of(text: str, rank: int) -> str:
 
 
 def roles_problem(text: str, size: int) -> str | None:
-    """What is wrong with --role's ranks for a job of size ranks: a part that names no rank of it."""
+    """What is wrong with --role's ranks for a job of size ranks: a part that names a rank it does not have (an open
+    range, `2-`, names those it has from 2 on)."""
     for name, first, last in roles(text):
-        if first >= size:
+        if first >= size or (last is not None and last >= size):
             shown = f"{first}-{'' if last is None else last}" if last != first else str(first)
             return (f"--role {name}={shown}: this job has {size} ranks (0-{size - 1}); name ranks it has, or start "
                     f"more ranks")

@@ -81,6 +81,7 @@ def test_a_role_for_ranks_the_job_does_not_have_is_named_with_the_jobs_ranks():
     assert labels.roles_problem("trainer=0-1,rollout=2-", 2) == (
         "--role rollout=2-: this job has 2 ranks (0-1); name ranks it has, or start more ranks")
     assert labels.roles_problem("a=0,b=5", 4).startswith("--role b=5: this job has 4 ranks (0-3)")
+    assert labels.roles_problem("a=0,b=1-9", 4).startswith("--role b=1-9: this job has 4 ranks (0-3)")
     assert labels.roles_problem("rollout", 1) is None
 
 
