@@ -10,6 +10,7 @@ from the machine (a host name, a job id) are made to fit; a user's label that do
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 
@@ -91,7 +92,7 @@ def roles_problem(text: str, size: int) -> str | None:
     range, `2-`, names those it has from 2 on)."""
     for name, first, last in roles(text):
         if first >= size or (last is not None and last >= size):
-            shown = f"{first}-{'' if last is None else last}" if last != first else str(first)
+            shown = str(first) if last == first else f"{first}-{last if last is not None else ''}"
             return (f"--role {name}={shown}: this job has {size} ranks (0-{size - 1}); name ranks it has, or start "
                     f"more ranks")
     return None
@@ -130,8 +131,6 @@ def ray_labels(*, market_type: str, host: str, gpus: int) -> dict[str, str]:
 def override_env(ray_labels_text: str, current: str | None) -> str:
     """RAY_OVERRIDE_LABELS for a node: ray_labels (text()'s form) into what the variable already holds (JSON, the
     user's: theirs win)."""
-    import json
-
     theirs = json.loads(current) if current else {}
     return json.dumps({**from_text(ray_labels_text), **theirs}, sort_keys=True)
 
