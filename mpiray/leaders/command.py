@@ -18,7 +18,7 @@ from mpiray.host import processes
 from mpiray.host.guard import remove_container
 from mpiray.logs.files import driver_log_path
 from mpiray.rank.messages import Cluster
-from mpiray.rank.ownnode import in_image
+from mpiray.rank.nodestart import in_image
 from mpiray.rank.state import Rank
 from mpiray.raynode import container as containers
 

@@ -2,6 +2,7 @@
 
 Bottom to top: signals (stop signals), messages (tags and payloads), mpi (polled MPI), state (Rank, the
 Leader and Role contracts, the shared timings), slots (join slots), hostsplit (the ranks of a host agree
-on its split), ownnode (this rank's Ray node, as the protocol drives it), head / worker / joiner (the
+on its split), nodestart (what this rank gathers to start its Ray node), ownnode (that node, as the
+protocol drives it), head / worker / joiner (the
 roles), teardown (the end of a rank), life (the whole of it, top-down).
 """

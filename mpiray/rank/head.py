@@ -39,7 +39,7 @@ from mpiray.rank.messages import (
     Session,
     versions,
 )
-from mpiray.rank.ownnode import start_node
+from mpiray.rank.nodestart import start_node
 from mpiray.rank.state import Lost, Rank
 from mpiray.rank.timings import HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL
 from mpiray.rank.zero import RankZero

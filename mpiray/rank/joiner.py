@@ -22,7 +22,7 @@ from mpiray.errors import NoSuchCluster, VersionSkew
 from mpiray.rank import preflight
 from mpiray.rank.hostsplit import split_host_first
 from mpiray.rank.messages import SESSION, Cluster, Session, versions
-from mpiray.rank.ownnode import start_node
+from mpiray.rank.nodestart import start_node
 from mpiray.rank.state import Lost, Rank
 from mpiray.rank.zero import RankZero
 from mpiray.raynode.gcs import NodeInfo, gcs_answers

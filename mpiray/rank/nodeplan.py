@@ -1,7 +1,7 @@
 """A rank's Ray node as planned: its NodeSpec and `ray start` line, its environment, and what its container binds,
 each a function of named values that reads nothing of the host (tests/unit/rank/test_nodeplan.py holds them as
-lists). ownnode.py is the node's life: it gathers those values (the host's interfaces, the image's probe, the
-installed Ray's answers), starts what the plan says and watches it.
+lists). nodestart.py gathers those values (the host's interfaces, the image's probe, the installed Ray's
+answers); ownnode.py is the node's life: it starts what the plan says and watches it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from mpiray.rank.messages import (
     Verdict,
     resource_fields,
 )
-from mpiray.rank.ownnode import start_node
+from mpiray.rank.nodestart import start_node
 from mpiray.rank.state import Rank
 from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL
 

@@ -27,7 +27,7 @@ from mpiray.rank.messages import (
     print_summary,
     resource_fields,
 )
-from mpiray.rank.ownnode import driver_gpu_variables
+from mpiray.rank.nodestart import driver_gpu_variables
 from mpiray.rank.slots import Joins, JoinWindow
 from mpiray.rank.state import Lost, Rank
 from mpiray.rank.timings import STARTUP_POLL
