@@ -14,7 +14,18 @@ from datetime import timedelta
 from mpiray.logs.events import DECLARED, ERROR, INFO
 from mpiray.logs.report import elastic
 from mpiray.logs.report.classify import classify
-from mpiray.logs.report.model import FirstError, FoundCause, JobReport, NeverReported, Phase, RankEntry
+from mpiray.logs.report.model import (
+    DriverEvent,
+    FirstError,
+    FoundCause,
+    JobReport,
+    LostNode,
+    NeverReported,
+    Phase,
+    RankEntry,
+    RankWarning,
+    Stopped,
+)
 from mpiray.logs.report.parse import EPOCH, JobError, Peer, RankFacts, describe, rank_facts
 
 OK, FAILED, NEVER_REPORTED, IDLE = "ok", "failed", "never reported", "idle"
@@ -76,7 +87,7 @@ def analyse(job_id: str, job_dir: str, logs: Mapping[int, tuple[str, list[dict]]
         job_dir_changed_s=changed_s,
         **_notices(facts, rel),
         causes=_job_causes(ranks, facts, ray_logs or {}, exit_code, head=head, said=said),
-        driver_events=[event for event in said if event["level"] != ERROR or event["cause"] is None],
+        driver_events=[event for event in said if event.level != ERROR or event.cause is None],
         manifests={str(rank): f.manifest for rank, f in sorted(facts.items()) if f.manifest is not None},
         **_elastic_report(logs, joins or {}, autoscaler or [], rel),
     )
@@ -127,26 +138,25 @@ def _exit_code(head: RankFacts | None, ranks: list[RankEntry]) -> int | None:
 
 def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
                 ray_logs: Callable[[int], str] | Mapping[int, str], exit_code: int | None, *, head: RankFacts | None,
-                said: list[dict]) -> list[FoundCause]:
+                said: list[DriverEvent]) -> list[FoundCause]:
     """classify.py's causes; a failed driver that logged an event of a kind it declares a cause failed of that."""
     causes = classify(ranks, facts, ray_logs, exit_code, driver_code=head.driver_code if head else None)
     if exit_code in (0, None):
         return causes
-    declared: dict[str, list[dict]] = {}
+    declared: dict[str, list[tuple[DriverEvent, tuple[str, str]]]] = {}
     for event in said:
-        if event["cause"] is not None:
-            declared.setdefault(event["event"], []).append(event)
-    found = [FoundCause(kind, events[0]["cause"][0], events[0]["cause"][1], [0],
-                        [f"{event['driver']}: {event['text'][:200]}" for event in events[:3]])
+        if event.cause is not None:
+            declared.setdefault(event.event, []).append((event, event.cause))
+    found = [FoundCause(kind, *events[0][1], [0], [f"{event.driver}: {event.text[:200]}" for event, _ in events[:3]])
              for kind, events in declared.items()]
     return found + [c for c in causes if not (found and c.cause == "driver_failed")]
 
 
-def driver_events(name: str, records: list[dict]) -> list[dict]:
+def driver_events(name: str, records: list[dict]) -> list[DriverEvent]:
     """A driver's log's events as its own declaration (events.DECLARED) reads them: each with its level, its text
     and the cause its kind explains (None: it explains none). A log that declares nothing is listed as written."""
     kinds: dict[str, dict] = {}
-    out = []
+    out: list[DriverEvent] = []
     for record in records:
         if record["event"] == DECLARED:
             kinds = dict(record["fields"].get("kinds") or {})
@@ -157,20 +167,18 @@ def driver_events(name: str, records: list[dict]) -> list[dict]:
         except (KeyError, IndexError, ValueError):
             text = f"{record['event']} {fields}"
         cause = kind.get("cause")
-        out.append({"driver": name, "event": record["event"], "level": record.get("level", INFO), "fields": fields,
-                    "text": text, "cause": tuple(cause) if cause else None})
+        out.append(DriverEvent(name, record["event"], record.get("level", INFO), fields, text,
+                               (cause[0], cause[1]) if cause else None))
     return out
 
 
 def _notices(facts: Mapping[int, RankFacts], rel: Callable) -> dict:
     """Every rank's warnings and the nodes they saw lost, in time order."""
     return {
-        "warnings": sorted(
-            ({"rank": f.rank, "s": rel(time), "message": message} for f in facts.values() for time, message in f.warnings),
-            key=lambda w: w["s"],
-        ),
-        "lost_nodes": sorted(({"rank": rank, "s": rel(time), "reported_by": f.rank, "message": message}
-                              for f in facts.values() for time, rank, message in f.lost_nodes), key=lambda n: n["s"]),
+        "warnings": sorted((RankWarning(f.rank, rel(time), message) for f in facts.values()
+                            for time, message in f.warnings), key=lambda w: w.s or 0.0),
+        "lost_nodes": sorted((LostNode(rank, rel(time), f.rank, message) for f in facts.values()
+                              for time, rank, message in f.lost_nodes), key=lambda n: n.s or 0.0),
     }
 
 
@@ -242,7 +250,7 @@ def _rank_entry(rank: int, facts: RankFacts | None, peer: Peer | None, head_aliv
         cause=facts.errors[0].cause if facts.errors else "",
         launched_s=rel(facts.launched),
         mpi_ready_s=rel(facts.mpi_ready),
-        stopped={"processes": facts.stopped_count, "seconds": facts.stopped_seconds, "sigkilled": facts.sigkilled}
+        stopped=Stopped(facts.stopped_count, facts.stopped_seconds, facts.sigkilled)
         if facts.stopped is not None else None,
         segments=_segments(facts, release, rel),
         job_error_s=rel(own[0]) if own else None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from mpiray.logs.events import text
+from mpiray.logs.report.model import Decision, JoinedJob, JoinedRank
 from mpiray.logs.report.parse import describe, last_run, local_seconds, rank_facts
 
 # Where a node comes and goes in a rank's events.
@@ -14,7 +15,7 @@ NODE_UP = ("head_alive", "node_alive")
 NODE_DOWN = ("processes_stopped",)
 
 
-def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: Callable) -> list[dict]:
+def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: Callable) -> list[JoinedJob]:
     """Each joined job: its ranks with host, IP, resources, when their node joined and left, exit code."""
     jobs = []
     for job_id, logs in sorted(joins.items()):
@@ -26,19 +27,18 @@ def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: 
                                                                           facts.stopped_seconds, "stopping")]
             marks = [(t, kind) for t, kind in marks if t is not None]
             segments = [[kind, rel(start), rel(stop)] for (start, kind), (stop, _) in zip(marks, marks[1:] + [(end, "")])]
-            ranks.append({"rank": rank, "host": facts.host, "ip": facts.ip, "resources": facts.resources,
-                          "resources_text": describe(facts.resources), "joined_s": rel(facts.joined),
-                          "left_s": rel(facts.stopped), "exit_code": facts.exit_code, "log": path,
-                          "error": facts.errors[0].message if facts.errors else "", "segments": segments})
-        codes = {r["exit_code"] for r in ranks if r["exit_code"] is not None}
-        jobs.append({"job_id": job_id, "ranks": ranks, "exit_code": codes.pop() if len(codes) == 1 else None})
+            ranks.append(JoinedRank(rank, facts.host, facts.ip, facts.resources, describe(facts.resources),
+                                    joined_s=rel(facts.joined), left_s=rel(facts.stopped), exit_code=facts.exit_code,
+                                    log=path, error=facts.errors[0].message if facts.errors else "", segments=segments))
+        codes = {r.exit_code for r in ranks if r.exit_code is not None}
+        jobs.append(JoinedJob(job_id, ranks, codes.pop() if len(codes) == 1 else None))
     return jobs
 
 
-def decisions(records: list[dict], rel: Callable) -> list[dict]:
+def decisions(records: list[dict], rel: Callable) -> list[Decision]:
     """The autoscaler's events: what it saw and did, in order."""
-    return [{"s": rel(local_seconds(r)), "event": r["event"], "fields": r["fields"], "level": r["level"],
-             "text": text(r["event"], r["fields"])} for r in records]
+    return [Decision(rel(local_seconds(r)), r["event"], r["fields"], r["level"], text(r["event"], r["fields"]))
+            for r in records]
 
 
 def nodes_over_time(all_records: list[list[dict]], rel: Callable) -> list[list[float]]:

@@ -11,6 +11,15 @@ Segment = list  # [kind, start, end]: a stretch of a rank's time line (analyse.S
 
 
 @dataclass
+class Stopped:
+    """How a rank's Ray stopped: its processes, how long it took, how many needed SIGKILL."""
+
+    processes: int
+    seconds: float
+    sigkilled: int
+
+
+@dataclass
 class RankEntry:
     """One rank's row of the cluster table, and its time line."""
 
@@ -36,7 +45,7 @@ class RankEntry:
     cause: str  # its error's cause (classify.CAUSES), "" without one
     launched_s: float | None
     mpi_ready_s: float | None
-    stopped: dict[str, Any] | None  # {processes, seconds, sigkilled}: how its Ray stopped
+    stopped: Stopped | None  # how its Ray stopped
     segments: list[Segment] = field(default_factory=list)
     job_error_s: float | None = None  # an error about the job (a start-up timeout) rank 0 named it in
 
@@ -110,6 +119,74 @@ class NeverReported:
 
 
 @dataclass
+class RankWarning:
+    """A WARNING line of a rank's log."""
+
+    rank: int
+    s: float | None
+    message: str
+
+
+@dataclass
+class LostNode:
+    """A rank whose node another rank (rank 0) saw lost, and why."""
+
+    rank: int  # the lost one
+    s: float | None
+    reported_by: int
+    message: str
+
+
+@dataclass
+class DriverEvent:
+    """An event of the driver's own log, read by the kinds it declares (analyse.driver_events)."""
+
+    driver: str  # its log's name
+    event: str
+    level: str
+    fields: dict[str, Any]  # as the driver wrote them
+    text: str  # its declared text, filled in
+    cause: tuple[str, str] | None  # the cause its kind explains: (title, fix)
+
+
+@dataclass
+class JoinedRank:
+    """A rank of a job that joined the cluster (--join): its node, when it joined and left, how it ended."""
+
+    rank: int
+    host: str
+    ip: str
+    resources: dict[str, float]
+    resources_text: str
+    joined_s: float | None
+    left_s: float | None
+    exit_code: int | None
+    log: str
+    error: str  # its first failure, "" without one
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass
+class JoinedJob:
+    """A job that joined the cluster, under its own job id; its exit code where its ranks agree on one."""
+
+    job_id: str
+    ranks: list[JoinedRank]
+    exit_code: int | None
+
+
+@dataclass
+class Decision:
+    """One of the autoscaler's events (autoscaler-rank-0000.jsonl): what it saw or did."""
+
+    s: float | None
+    event: str
+    fields: dict[str, Any]
+    level: str
+    text: str
+
+
+@dataclass
 class JobReport:
     """A job read back from its rank logs (analyse.analyse)."""
 
@@ -121,7 +198,7 @@ class JobReport:
     exit_code: int | None
     driver: str
     driver_exit_code: int | None
-    batch_job: dict[str, Any] | None
+    batch_job: dict[str, Any] | None  # the batch_job event's fields, as rank 0 logged them (PBS)
     left_out: LeftOut | None  # hosts the pre-flight left out of the cluster
     earlier_runs: int  # runs of a re-used job id before the one shown
     cluster: list[RankEntry]
@@ -130,15 +207,15 @@ class JobReport:
     never_reported: list[NeverReported]
     unfinished: list[int]  # ranks without an exit line
     job_dir_changed_s: float | None
-    warnings: list[dict[str, Any]]
-    lost_nodes: list[dict[str, Any]]
+    warnings: list[RankWarning]
+    lost_nodes: list[LostNode]
     causes: list[FoundCause]
-    driver_events: list[dict[str, Any]]  # what the driver's own logs said (analyse.driver_events), but its causes
-    manifests: dict[str, dict[str, Any]]
-    joined_jobs: list[dict[str, Any]]
+    driver_events: list[DriverEvent]  # what the driver's own logs said, but the errors that name a cause
+    manifests: dict[str, dict[str, Any]]  # rank -> its node_manifest event's fields, as it logged them
+    joined_jobs: list[JoinedJob]
     planned_joins: list[str]
-    autoscaler: list[dict[str, Any]]
-    nodes_over_time: list[list]
+    autoscaler: list[Decision]
+    nodes_over_time: list[list[float]]  # [s, Ray nodes]
 
     def to_json(self) -> dict[str, Any]:
         """As `--json` prints it."""

@@ -59,7 +59,7 @@ def _header(report: JobReport) -> list[str]:
         out.append(f"{batch.get('scheduler')} job {batch.get('job_id')}: select {batch.get('select')}, CPUs {cpus}, "
                    f"{walltime}, run {batch.get('run_count')}")
     for said in report.driver_events:
-        out.append(f"{said['driver']}: {said['text']}")
+        out.append(f"{said.driver}: {said.text}")
     return out
 
 
@@ -145,10 +145,10 @@ def _notes(report: JobReport) -> list[str]:
     warnings = report.warnings
     if warnings:
         first = warnings[0]
-        out.append(f"warnings: {len(warnings)}; first: rank {first['rank']} at {_seconds(first['s'])} s: "
-                   f"{_short(first['message'], 160)}")
+        out.append(f"warnings: {len(warnings)}; first: rank {first.rank} at {_seconds(first.s)} s: "
+                   f"{_short(first.message, 160)}")
     for lost in report.lost_nodes[:10]:
-        out.append(f"lost node: rank {lost['rank']} at {_seconds(lost['s'])} s: {_short(lost['message'], 160)}")
+        out.append(f"lost node: rank {lost.rank} at {_seconds(lost.s)} s: {_short(lost.message, 160)}")
     return out
 
 
@@ -156,19 +156,19 @@ def _elastic(report: JobReport, decisions_limit: int = 40) -> list[str]:
     """The jobs that joined the cluster, the autoscaler's decisions, and its nodes over time."""
     out = []
     for job in report.joined_jobs:
-        code = "-" if job["exit_code"] is None else job["exit_code"]
-        out += ["", f"joined job {job['job_id']} ({len(job['ranks'])} rank{'s' * (len(job['ranks']) != 1)}, exit {code}):"]
-        for r in job["ranks"]:
-            out.append(f"  rank {r['rank']}  {r['host'] or '?'}  {r['ip'] or '-'}  {r['resources_text'] or '-'}  "
-                       f"joined {_seconds(r['joined_s'])} s, left {_seconds(r['left_s'])} s"
-                       + (f"  error: {_short(r['error'], 120)}" if r["error"] else ""))
+        code = "-" if job.exit_code is None else job.exit_code
+        out += ["", f"joined job {job.job_id} ({len(job.ranks)} rank{'s' * (len(job.ranks) != 1)}, exit {code}):"]
+        for r in job.ranks:
+            out.append(f"  rank {r.rank}  {r.host or '?'}  {r.ip or '-'}  {r.resources_text or '-'}  "
+                       f"joined {_seconds(r.joined_s)} s, left {_seconds(r.left_s)} s"
+                       + (f"  error: {_short(r.error, 120)}" if r.error else ""))
     if report.planned_joins:
         out += ["", f"planned joins (--dry-run --join: no node joined): {', '.join(report.planned_joins)}"]
     decisions = report.autoscaler
     if decisions:
         out += ["", f"autoscaler ({len(decisions)} decisions):"]
         for d in decisions[:decisions_limit]:
-            out.append(f"  {_seconds(d['s']):>8}  {d['event']:<16} {_short(d['text'], 140)}")
+            out.append(f"  {_seconds(d.s):>8}  {d.event:<16} {_short(d.text, 140)}")
         if len(decisions) > decisions_limit:
             out.append(f"  ... and {len(decisions) - decisions_limit} more (see --json)")
     series = report.nodes_over_time

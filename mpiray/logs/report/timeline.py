@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mpiray.errors import NoMatplotlib
 from mpiray.logs.report.analyse import FAILED, NEVER_REPORTED, SEGMENTS
-from mpiray.logs.report.model import JobReport, Phase, RankEntry, Segment
+from mpiray.logs.report.model import Decision, JobReport, Phase, RankEntry, Segment
 
 COLOURS = {
     "waiting": "#c7c7c7",
@@ -145,20 +145,20 @@ def joined_rows(report: JobReport, first: int) -> list[Row]:
     """The ranks of the jobs that joined the cluster, as more rows of the chart."""
     rows: list[Row] = []
     for job in report.joined_jobs:
-        for r in job["ranks"]:
-            rows.append(Row(first + len(rows), f"job {job['job_id']} rank {r['rank']}", r["host"],
-                            "failed" if r["error"] else "ok", r["segments"], r["exit_code"]))
+        for r in job.ranks:
+            rows.append(Row(first + len(rows), f"job {job.job_id} rank {r.rank}", r.host,
+                            "failed" if r.error else "ok", r.segments, r.exit_code))
     return rows
 
 
-def _nodes_panel(ax, series: list, decisions: list, end: float):
+def _nodes_panel(ax, series: list, decisions: list[Decision], end: float):
     """The cluster's Ray nodes over time (a step line), with the autoscaler's submits and cancels."""
     times = [s for s, _ in series] + [end]
     counts = [n for _, n in series]
     ax.step(times, counts + counts[-1:], where="post", color=COLOURS["alive"], linewidth=2)
     top = max(counts + [1])
     for name, marker, colour in (("job_submitted", "^", "#1f4e9e"), ("job_cancelled", "v", "#9467bd")):
-        when = [d["s"] for d in decisions if d["event"] == name]
+        when = [d.s for d in decisions if d.event == name]
         if when:
             ax.plot(when, [top + 0.4] * len(when), marker=marker, linestyle="none", color=colour,
                     label=name.replace("_", " "))

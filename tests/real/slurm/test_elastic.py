@@ -94,15 +94,15 @@ def test_another_job_joins_a_running_cluster_a_shell_attaches_and_both_leave_cle
                 os.killpg(proc.pid, signal.SIGKILL)
     report = read_job(tmp_path / "logs" / cluster)
     (joined,) = report.joined_jobs
-    assert len(joined["ranks"]) == 2 and joined["exit_code"] == 0
-    assert all(r["joined_s"] is not None and r["left_s"] is not None for r in joined["ranks"])
+    assert len(joined.ranks) == 2 and joined.exit_code == 0
+    assert all(r.joined_s is not None and r.left_s is not None for r in joined.ranks)
     assert max(count for _, count in report.nodes_over_time) == 3
     assert cluster not in [entry.job_id for entry in registry.running()]  # withdrawn at the end
     job_ids = {path.name.split("-rank-")[0] for path in (tmp_path / "logs" / cluster).glob("join-*-rank-*.jsonl")}
     assert len(job_ids) == 1  # the joined job's own id names its files
     joined_records = rank_events(tmp_path / "logs" / cluster, 0)
     assert joined_records[-1]["event"] == "exit"
-    for job_id in [cluster, joined["job_id"]]:
+    for job_id in [cluster, joined.job_id]:
         jobs.wait_until_gone(job_id)
 
 
@@ -203,7 +203,7 @@ def test_a_placement_group_that_needs_three_nodes_grows_the_cluster_then_every_w
     report = read_job(job_dir.parent)
     assert max(count for _, count in report.nodes_over_time) == 3
     # Each left: cancelled by the head's end (143), or it saw the cluster end first (0).
-    assert len(report.joined_jobs) == 2 and all(j["exit_code"] in (0, 143) for j in report.joined_jobs)
+    assert len(report.joined_jobs) == 2 and all(j.exit_code in (0, 143) for j in report.joined_jobs)
 
 
 @pytest.mark.train

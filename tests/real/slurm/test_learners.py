@@ -54,8 +54,8 @@ def test_ppo_with_a_cpu_learner_on_each_host_trains_over_the_hosts_network(slurm
     assert returns[-1] >= 60 > returns[0], returns  # it learned: the stop reward, from below it
     job_dir = job_dir_of(tmp_path, jobs)
     report = read_job(job_dir)
-    assert [(e["fields"]["count"], e["fields"]["nodes"]) for e in report.driver_events
-            if e["event"] == "learners_placed"] == [(3, 3)]
+    assert [(e.fields["count"], e.fields["nodes"]) for e in report.driver_events
+            if e.event == "learners_placed"] == [(3, 3)]
     assert {m["collectives"]["GLOO_SOCKET_IFNAME"] for m in report.manifests.values()} == {"eth0"}
     jobs.wait_until_gone(job_dir.name)
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from mpiray.logs.report import parse, render
-from mpiray.logs.report.model import JobReport, RankEntry
+from mpiray.logs.report.model import JobReport, RankEntry, Stopped
 
 from sample_jobs import FAILED_RANK0, FAILED_RANK1, FAILED_RANK3, NODE, OK_RANK0, OK_RANK1, TIMEOUT_RANK0, analyse, rank0, rank1
 
@@ -45,7 +45,7 @@ def test_a_clean_job_reads_as_a_table_and_its_phases():
     assert phase(report, "exit") == pytest.approx(7.334)
     assert report.driver == "python my_driver.py --epochs 3" and report.driver_exit_code == 0
     assert report.first_error is None and report.never_reported == [] and report.unfinished == []
-    assert ranks[1].stopped == {"processes": 6, "seconds": 0.5, "sigkilled": 1}
+    assert ranks[1].stopped == Stopped(processes=6, seconds=0.5, sigkilled=1)
     assert report.causes == []
 
 
@@ -187,7 +187,7 @@ def test_warnings_and_errors_with_tracebacks_read_in_one_line():
                       rank1("17.721", "node_alive", ip="192.0.2.3", node_id="c9aa", **NODE))
     report = analyse(OK_RANK0, records)
     assert by_rank(report)[1].status == "failed" and by_rank(report)[1].join_attempts == 2
-    assert [w["rank"] for w in report.warnings] == [1, 1]
+    assert [w.rank for w in report.warnings] == [1, 1]
     text = render.format_report(report)
     assert "  unexpected failure: RuntimeError: boom" in text
     assert "joins tried again: rank 1 (2 attempts)" in text

@@ -42,7 +42,7 @@ def test_a_failed_driver_that_logged_a_kind_it_declares_a_cause_of_failed_of_tha
     assert report.causes[0].evidence == ["trainer: trial t0: a learner's node was lost; RLlib does not restart "
                                          "learners, so the trial failed after its last checkpoint: ActorDiedError: "
                                          "the node died"]
-    assert [e["event"] for e in report.driver_events] == ["learners_placed"]
+    assert [e.event for e in report.driver_events] == ["learners_placed"]
     assert "trainer: trial t0: learners: 3 on 3 nodes: a, b, c" in format_report(report)
 
 
@@ -58,7 +58,7 @@ def test_any_driver_may_declare_its_own_cause(tmp_path):
     report = read_job(job_dir)
     assert [(c.cause, c.fix, c.evidence) for c in report.causes] == [
         ("shard_missing", "stage the data first", ["loader: shard 7 is missing"])]
-    assert [e["text"] for e in report.driver_events] == ["epoch 1 done"]
+    assert [e.text for e in report.driver_events] == ["epoch 1 done"]
 
 
 def test_a_driver_log_of_a_job_that_succeeded_names_no_cause(tmp_path):
