@@ -169,9 +169,10 @@ class Where:
     ranks: int
     testbed: object = None
     options: tuple[str, ...] = ()  # the launcher's own, beside the benchmark's
+    start_ray: Path = START_RAY  # another checkout's (bench_before_after.py: an earlier commit's)
 
     def argv(self, launcher_args: list[str], driver: list[str]) -> list[str]:
-        launcher = [PYTHON, str(START_RAY), *launcher_args, *self.options, "--", *driver]
+        launcher = [PYTHON, str(self.start_ray), *launcher_args, *self.options, "--", *driver]
         if self.testbed is not None:
             return ["srun", f"-N{self.ranks}", "--ntasks-per-node=1", "--mpi=pmi2",
                     "--job-name=mpiray-bench", *launcher]

@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT
 
 RUN = ROOT / "tests" / "benchmarks" / "run"
-LOCAL = ("bench_preflight", "bench_big_node", "bench_client_connect", "sizing_memory")
+LOCAL = ("bench_preflight", "bench_before_after", "bench_big_node", "bench_client_connect", "sizing_memory")
 
 
 def quick_args(bench: str) -> list[str]:
