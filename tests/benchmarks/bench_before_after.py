@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The launcher's start and exit, today's code against an earlier commit's, like for like.
 
-    bash tests/benchmarks/run bench_before_after [--base REV] [--repeats 5] [--ranks 1 2 4]
+    bash tests/benchmarks/run bench_before_after [--base REV] [--repeats 10] [--ranks 1 2 4]
 
 A refactor must not make the launcher slower. The earlier commit is checked out in a git worktree of its own (made
 and removed here), and both run the same job in the same repeat, in turns, on this host: `mpirun -np N
@@ -132,7 +132,7 @@ def markdown(base: str, base_commit: str, runs: dict, repeats: int) -> tuple[str
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default=BASE, help="the earlier commit (default %(default)s: before #52's refactor)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each side per rank count (default 5)")
+    parser.add_argument("--repeats", type=int, default=10, help="runs of each side per rank count (default 10)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4], help="rank counts (default 1 2 4)")
     parser.add_argument("--out", type=Path, default=HERE, help="where the reports go (default: %(default)s)")
     args = parser.parse_args(argv)
