@@ -33,17 +33,14 @@ from harness import (
     JOB_REGISTRY,
     PYTHON,
     ROOT,
-    STOP_GRACE_S,
-    TRACKED,
     Interrupted,
     descendant_pids,
     log,
     median,
-    new_descendants,
+    stop_what_we_started,
     write_report,
 )
 from launcher_timing import HELLO_DRIVER, START_RAY, Where, time_launch
-from process_control import describe, end_group, terminate
 
 HERE = Path(__file__).resolve().parent
 BASE = "d88aa0e"  # the code before #52's refactor
@@ -161,11 +158,7 @@ def main(argv=None) -> int:
         log("interrupted: stopping what this benchmark started")
         return 130
     finally:
-        for popen in list(TRACKED.values()):
-            end_group(popen, STOP_GRACE_S + 20)
-        if left := new_descendants(before):
-            log(f"stopping {len(left)} leftover processes: {describe(left)}")
-            terminate(left, STOP_GRACE_S)
+        stop_what_we_started(before)
         drop_worktree(base_tree)
         shutil.rmtree(scratch, ignore_errors=True)
     text, summary = markdown(args.base, resolved.stdout.strip(), runs, args.repeats)

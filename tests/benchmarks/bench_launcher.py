@@ -40,18 +40,15 @@ from mpiray.host.processes import become_subreaper
 
 from harness import (
     JOB_REGISTRY,
-    STOP_GRACE_S,
-    TRACKED,
     Interrupted,
     descendant_pids,
     log,
     median,
-    new_descendants,
+    stop_what_we_started,
     write_report,
 )
 from launcher_costs import IDLE_DRIVER, RLLIB_DRIVER, idle_costs, rllib_throughput
 from launcher_timing import BASELINE_SLEEP_S, BY_HAND, HELLO_DRIVER, Where, by_hand, time_launch
-from process_control import describe, end_group, terminate
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {  # measure -> (comparison, bound); "le": value <= bound passes
@@ -364,12 +361,7 @@ def main(argv=None) -> int:
         return 130
     finally:
         # A job still running when interrupted: its group's SIGTERM lets it stop its own Ray nodes first.
-        for popen in list(TRACKED.values()):
-            end_group(popen, STOP_GRACE_S + 20)
-        left = new_descendants(before)
-        if left:
-            log(f"stopping {len(left)} leftover processes: {describe(left)}")
-            terminate(left, STOP_GRACE_S)
+        stop_what_we_started(before)
         if report is not None and not report["errors"] and not args.keep_logs:
             shutil.rmtree(scratch, ignore_errors=True)
         else:

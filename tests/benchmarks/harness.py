@@ -24,7 +24,7 @@ import psutil
 from mpiray.logs.events import read_events
 
 from helpers import assert_pids_logged
-from process_control import alive, descendants, end_group
+from process_control import alive, descendants, describe, end_group, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -71,6 +71,17 @@ def new_descendants(before: set[int]) -> list[psutil.Process]:
     """Our live descendants that were not there before (testbed daemons are in before)."""
     reap_orphans()
     return descendants(before)
+
+
+def stop_what_we_started(before: set[int]) -> None:
+    """At a benchmark's end, however it ended: each job still running, by its group (SIGTERM first, so that it stops
+    its own Ray nodes), then any other process we started since `before` (descendant_pids())."""
+    for popen in list(TRACKED.values()):
+        end_group(popen, STOP_GRACE_S + 20)
+    left = new_descendants(before)
+    if left:
+        log(f"stopping {len(left)} leftover processes: {describe(left)}")
+        terminate(left, STOP_GRACE_S)
 
 
 def children_cpu_s() -> float:
