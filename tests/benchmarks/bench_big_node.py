@@ -54,6 +54,9 @@ def parse(output: str, started_wall: float) -> dict:
     return row
 
 
+REFERENCE_STOP_GRACE_S = 10.0  # the by-hand head's: then SIGKILL to its group
+
+
 def free_port() -> int:
     import socket
 
@@ -85,7 +88,9 @@ def by_hand(cpus: int, scratch: Path) -> dict:
         row = parse(result.stdout, started)
         row["exit"] = result.returncode
     finally:
-        end_group(head, grace=30)  # SIGTERM: `ray start --block` stops its node
+        # SIGTERM: `ray start --block` stops its node, or (it may take 30 s here) the group's SIGKILL does: its stop
+        # is not measured
+        end_group(head, grace=REFERENCE_STOP_GRACE_S)
         subprocess.run(["rm", "-rf", str(temp)], timeout=60)
     return row
 

@@ -41,6 +41,8 @@ DRIVER = ("import time; started = time.monotonic(); import ray; ray.init(); "
 DRIVER_TIMEOUT_S, UP_TIMEOUT_S = 180, 120
 CLIENT_SERVER_DIED = "Starting Ray client server failed"
 
+REFERENCE_STOP_GRACE_S = 10.0  # the by-hand head's: then SIGKILL to its group
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -89,7 +91,9 @@ def by_hand(rounds: int, at_once: int, scratch: Path) -> dict:
             time.sleep(0.5)
         return drive(f"ray://127.0.0.1:{client_port}", env, rounds, at_once)
     finally:
-        end_group(head, grace=30)  # SIGTERM: `ray start --block` stops its node
+        # SIGTERM: `ray start --block` stops its node, or (it may take 30 s here) the group's SIGKILL does: its stop
+        # is not measured
+        end_group(head, grace=REFERENCE_STOP_GRACE_S)
         subprocess.run(["rm", "-rf", str(temp)], timeout=60)
 
 

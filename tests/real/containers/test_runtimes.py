@@ -213,7 +213,8 @@ def test_another_uid_cannot_read_the_token_through_the_image(tmp_path, images):
     assert_nothing_left(Launch(launcher.returncode, "", "", tmp_path / "logs" / job_id, 0), wait=10)
 
 
-def test_an_image_that_does_not_run_stops_the_job_before_any_node_with_the_runtimes_words(tmp_path):
+def test_an_image_that_does_not_run_stops_the_job_before_any_node_with_the_runtimes_words(tmp_path, images):
+    images("charliecloud")  # Charliecloud installed (the fixture installs it with its image): ch-run's own words
     missing, job_id = tmp_path / "no-such-image", new_job_id("no-image")
     result = subprocess.run(argv(tmp_path, "charliecloud", str(missing), job_id), cwd=tmp_path, capture_output=True,
                             text=True, env=host_env("charliecloud"), timeout=300)
