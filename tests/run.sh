@@ -5,7 +5,7 @@
 #   3. the real runs, tests/real/: mpirun + Ray, attacks as a second user, the 3-host Slurm testbed (as root:
 #      Debian's Slurm + munge are installed first), containers, short RLlib trainings
 #   4. the smoke set in each extra environment (tests/envs.sh: Ray 2.52, the Open MPI wheel,
-#      Debian's MPICH; each built once into .envs/ and kept), then the PBS tier in .envs/pbs (and its
+#      Debian's MPICH; each built once into .envs/ and kept, beside steps 1-2), then the PBS tier in .envs/pbs (and its
 #      3-host job again with Open MPI, .envs/pbs-openmpi) on the 3-host PBS testbed: only where an
 #      OpenPBS 23.06 or PBS Professional is installed (MPIRAYTEST_PBS_PREFIX, default /opt/pbs) and this is
 #      root; elsewhere one line says it is skipped and why, and its environments are not built
@@ -24,13 +24,21 @@ if [ $# -gt 0 ]; then
 fi
 status=0
 started=$SECONDS
+# The extra environments build beside the lint and the fast tier, which use one core of the two: Ray 2.52's first,
+# as the real runs use it as "another environment" (ranks of other versions, a joining job of another Ray, the
+# spill dir on the oldest Ray); each runs its own smoke set below.
+builds=$(mktemp)
+(for name in ray-2.52 openmpi system-mpich; do bash tests/envs.sh "$name" --build-only || exit $?; done) \
+  >"$builds" 2>&1 &
+builds_pid=$!
 .venv/bin/ruff check . || status=1
 .venv/bin/mypy || status=1  # the layers' contract in types (pyproject.toml's [tool.mypy]: mpiray/)
 .venv/bin/python -m pytest tests/unit || status=$?
 echo "tests/run.sh: lint and the fast tier took $((SECONDS - started)) s" >&2
-# Ray 2.52's environment first: the real runs use it as "another environment" (ranks of other versions, a
-# joining job of another Ray, the spill dir on the oldest Ray), then it runs its own smoke set below.
-bash tests/envs.sh ray-2.52 --build-only || status=$((status ? status : $?))
+wait "$builds_pid" || status=$((status ? status : $?))
+cat "$builds" >&2
+rm -f "$builds"
+echo "tests/run.sh: with the extra environments built beside them, $((SECONDS - started)) s" >&2
 # Each testbed stays up from one pytest run to the next; the last run on it takes it down (unless kept).
 keep_testbed=${MPIRAYTEST_KEEP_TESTBED:-0}
 # Two pytests side by side: the tests that use a testbed or the container images (marked `testbed` by
