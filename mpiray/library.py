@@ -30,6 +30,7 @@ from typing import Iterator
 
 from mpiray.errors import ConfigError, LaunchError
 from mpiray.leaders.script import ScriptLeader
+from mpiray.logs.events import RankLog
 from mpiray.options import library_config
 from mpiray.rank import life, preflight
 from mpiray.raynode import raycompat
@@ -77,9 +78,10 @@ def init(*, exit: bool = True, comm=None, **options) -> ClusterInfo | None:
         raise ConfigError("mpiray.init() was called before in this process: one cluster per process")
     config = library_config(options)
     preflight.check_ray_install(config.auth)
-    log = life.early_log(config) if comm is None else None  # before MPI_Init, as the command line's
+    log: RankLog | None = None
     if comm is None:  # MPI_Init (the import of mpi4py): only once the options are valid, with a deadline
-        world = life.mpi_world(config.startup_timeout)
+        log = life.early_log(config)  # before MPI_Init, as the command line's
+        world = life.mpi_world(config.startup_timeout, log)
     else:
         from mpiray.rank import mpi
 

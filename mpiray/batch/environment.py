@@ -266,21 +266,32 @@ def detect(environ: Mapping[str, str] | None = None) -> Environment:
 
 # The PyPI MPICH wheel's default network module is UCX (MPI.Get_library_version(): "ch4:ucx ofi"): under
 # srun --mpi=pmi2 its ~3.5 KB address breaks Slurm's pmi2 plugin now and then (MPI_Init fails on every task;
-# docs/compatibility.md). Its libfabric module (ofi) has a 66-byte address, and runs on every network here.
+# docs/compatibility.md). Its libfabric module (ofi) has a short address, and runs on every network here.
 WHEEL_NETMOD = "ofi"
+# The libfabric provider under that module. MPICH picks libfabric's deprecated `sockets` provider on the
+# wheel, which held all 24 tasks of a 3-host srun job in MPI_Init, yielding forever, in 5 of 25 launches on
+# a loaded 2-core machine; `tcp` (tcp;ofi_rxm) in 0 of 30 (docs/compatibility.md). Set for MPI_Init only:
+# NCCL's libfabric plugin reads FI_PROVIDER too, and a site's recipe may set it for the Ray nodes.
+WHEEL_PROVIDER = "tcp"
 
 
-def wheel_netmod(environ: Mapping[str, str], prefix: str, site_dirs: list[str]) -> str | None:
-    """The netmod to choose before MPI_Init: WHEEL_NETMOD where mpi4py will load the PyPI MPICH wheel's
-    library (it looks in the environment's lib/ first) and nobody chose a netmod or another library
-    (MPIR_CVAR_CH4_NETMOD, MPI4PY_LIBMPI, MPI4PY_MPIABI); None: leave MPI as it is."""
+def wheel_mpi_variables(environ: Mapping[str, str], prefix: str, site_dirs: list[str]) -> dict[str, str]:
+    """What to set before MPI_Init where mpi4py will load the PyPI MPICH wheel's library (it looks in the
+    environment's lib/ first) and nobody chose a netmod or another library (MPIR_CVAR_CH4_NETMOD,
+    MPI4PY_LIBMPI, MPI4PY_MPIABI): the netmod, and the provider unless FI_PROVIDER was chosen. {}: leave
+    MPI as it is."""
     if any(environ.get(name) for name in ("MPIR_CVAR_CH4_NETMOD", "MPI4PY_LIBMPI", "MPI4PY_MPIABI")):
-        return None
+        return {}
     if not os.path.exists(os.path.join(prefix, "lib", "libmpi.so.12")):
-        return None
+        return {}
     wheel = any(glob.glob(os.path.join(directory, "mpich-*.dist-info")) for directory in site_dirs
                 if directory.endswith("-packages"))
-    return WHEEL_NETMOD if wheel else None
+    if not wheel:
+        return {}
+    chosen = {"MPIR_CVAR_CH4_NETMOD": WHEEL_NETMOD}
+    if not environ.get("FI_PROVIDER"):
+        chosen["FI_PROVIDER"] = WHEEL_PROVIDER
+    return chosen
 
 
 def default_job_id(env: Environment, now: float | None = None, pid: int | None = None) -> str:

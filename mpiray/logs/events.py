@@ -68,7 +68,9 @@ KINDS = event_kinds(
                                "checkpoint (the walltime stop gives it the whole grace); lower --stop-grace, or ask "
                                "the site for a longer kill_delay"),
     netmod_chosen=(INFO, "MPI: the PyPI MPICH wheel's network module set to {netmod} (MPIR_CVAR_CH4_NETMOD; its "
-                         "default, UCX, can fail MPI_Init under srun --mpi=pmi2); set it yourself to choose another"),
+                         "default, UCX, can fail MPI_Init under srun --mpi=pmi2), over libfabric's {provider} "
+                         "provider in MPI_Init (FI_PROVIDER; MPICH's own pick, sockets, can hang there); set "
+                         "them yourself to choose others"),
     launched=(INFO, "started by {launcher} (task {task}), before MPI_Init"),  # + scheduler, mpi_type, netmod
     rank_started=(INFO, "mpiray on {host} (pid {pid}): rank {rank} of {size}, {launch}, {mpi}, Ray {ray}, "
                         "Python {python}"),  # + scheduler, launcher, job_id

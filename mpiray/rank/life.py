@@ -91,7 +91,7 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     if log is None:
         log = early_log(config) if comm is None else RankLog(0, host)
     if comm is None:
-        comm = mpi_world(config.startup_timeout)
+        comm = mpi_world(config.startup_timeout, log)
     log.ranked(comm.rank)
     # A collective: every rank calls it first thing, before any rank can wait on another.
     host_comm = comm.split_by_host()
@@ -109,8 +109,12 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     return me
 
 
-def mpi_world(timeout: float) -> Comm:
+def mpi_world(timeout: float, log: RankLog) -> Comm:
     """MPI's world: the import of mpi4py, which is MPI_Init, only here, when it is time.
+
+    On the PyPI MPICH wheel, MPI_Init first gets the netmod and libfabric provider it needs, where nobody chose
+    them (environment.wheel_mpi_variables); the netmod stays for the rank's nodes and driver, the provider
+    does not.
 
     A process manager that never lets MPI_Init return (a node whose tasks never start, a PMI server that does
     not answer) would hold every rank until the walltime: MPI_Init holds the GIL, so neither a stop signal's
@@ -118,6 +122,10 @@ def mpi_world(timeout: float) -> Comm:
     (--startup-timeout) it prints where this rank hangs on stderr, and the rank exits with 1."""
     import faulthandler
 
+    chosen = environment.wheel_mpi_variables(os.environ, sys.prefix, sys.path)
+    os.environ.update(chosen)
+    if chosen:
+        log.event("netmod_chosen", netmod=chosen["MPIR_CVAR_CH4_NETMOD"], provider=os.environ["FI_PROVIDER"])
     faulthandler.dump_traceback_later(timeout, exit=True, file=sys.stderr)
     try:
         from mpiray.rank import mpi
@@ -125,21 +133,16 @@ def mpi_world(timeout: float) -> Comm:
         return mpi.Comm()
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if "FI_PROVIDER" in chosen:
+            del os.environ["FI_PROVIDER"]
 
 
 def early_log(config: Config) -> RankLog:
     """This rank's log, made before MPI_Init (of MPI's world). Where the job's log dir is already known
     (a scheduler's job, or --job-id) it opens, and says the rank was launched: a rank whose MPI_Init
-    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id.
-
-    Also the last moment to choose MPICH's network module: on the PyPI wheel, ofi unless one was chosen."""
-    netmod = environment.wheel_netmod(os.environ, sys.prefix, sys.path)
-    if netmod:
-        os.environ["MPIR_CVAR_CH4_NETMOD"] = netmod
+    never returns (PMI, the launcher) still leaves a trace. Otherwise its events wait for the job id."""
     env = environment.detect()
     log = RankLog(env.task_rank or 0, socket.gethostname())
-    if netmod:
-        log.event("netmod_chosen", netmod=netmod)
     job_id = config.job_id or env.job_id
     if job_id is None or env.task_rank is None:
         return log

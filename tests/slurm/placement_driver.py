@@ -30,6 +30,7 @@ def where(hold: float = 0) -> dict:
         "ip": ray.util.get_node_ip_address(),
         "host": socket.gethostname(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "fi_provider": os.environ.get("FI_PROVIDER"),
     }
 
 
@@ -52,6 +53,7 @@ report = {
     "pinned": pinned,
     "spread": spread,
     "driver_host": socket.gethostname(),
+    "driver_fi_provider": os.environ.get("FI_PROVIDER"),
 }
 if args.gpu_task:
     report["gpu_task"] = ray.get(where.options(num_gpus=1).remote())

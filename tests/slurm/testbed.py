@@ -78,9 +78,9 @@ PARTITION = "testbed"
 KILL_WAIT_S = 10
 MIN_JOB_AGE_S = 10
 UP_TIMEOUT_S = 60.0
-# A bare mpi4py program on the MPICH wheel under srun --mpi=pmi2 needs MPICH's ofi netmod (see BARE_MPI_ENV);
-# the launcher chooses it by itself, so the testbed's environment leaves MPICH as users have it.
-BARE_MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi"}
+# A bare mpi4py program on the MPICH wheel under srun --mpi=pmi2 needs MPICH's ofi netmod over libfabric's tcp
+# provider; the launcher chooses them by itself, so the testbed's environment leaves MPICH as users have it.
+BARE_MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
 # States in the job completion log of a run that Slurm ends and starts again (scontrol requeue, preemption).
 REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
@@ -173,7 +173,7 @@ class Testbed:
                 del env[name]
         env["SLURM_CONF"] = str(self.conf_path)
         # No MPIR_CVAR_CH4_NETMOD: the jobs run MPICH as users have it, and the launcher picks the wheel's
-        # netmod by itself (mpiray/batch/environment.py wheel_netmod). Slurm's pmi2 plugin reads a PMI-1
+        # netmod by itself (mpiray/batch/environment.py wheel_mpi_variables). Slurm's pmi2 plugin reads a PMI-1
         # request with one read() of 1024 bytes (src/plugins/mpi/pmi2/pmi1.c), while MPICH puts UCX's ~3.5 KB
         # address in segments of up to 1024 characters: MPI_Init fails now and then on every task.
         return env

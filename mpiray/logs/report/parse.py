@@ -13,6 +13,8 @@ from mpiray.logs.events import ERROR, WARNING, text
 from mpiray.logs.report.model import LeftOut
 
 EPOCH = datetime(1970, 1, 1)
+# A rank's events before MPI_Init returned (rank/life.py early_log, mpi_world); its first other event marks it.
+BEFORE_MPI_INIT = frozenset({"launched", "netmod_chosen"})
 
 
 def last_run(records: list[dict]) -> tuple[list[dict], int]:
@@ -143,7 +145,7 @@ class RankFacts:
             self.host, self.pid, self.first = record.get("host", ""), record.get("pid"), time
         self.last, self.last_event = time, name
         self.steps.append((time, name))
-        if name != "launched" and self.mpi_ready is None:  # every other event comes after MPI_Init
+        if name not in BEFORE_MPI_INIT and self.mpi_ready is None:  # every other event comes after MPI_Init
             self.mpi_ready = time
         if name in _SETS:
             for attribute, value in _SETS[name].items():
@@ -233,6 +235,7 @@ _SETS: dict[str, dict] = {
 # Events that RankFacts reads with a method of its own (or adds to a list).
 _READERS = {
     "launched": RankFacts._launched,
+    "netmod_chosen": lambda facts, time, f: facts.launch.update(netmod=f.get("netmod")),
     "failed": RankFacts._failed,
     "unexpected": RankFacts._unexpected,
     "worker_failed": RankFacts._worker_failed,

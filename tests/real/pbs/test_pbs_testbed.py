@@ -52,7 +52,7 @@ def test_mpich_spans_the_three_hosts_through_pbs_tmrsh(pbs_testbed, pbs_jobs):
     venv = Path(PYTHON).parent
     probe = "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; print(c.Get_rank(), c.Get_size(), socket.gethostname())"
     job = script(pbs_jobs.workdir, "mpi.sh", f"""
-export MPIR_CVAR_CH4_NETMOD=ofi  # a bare mpi4py program on the MPICH wheel (the launcher chooses it by itself)
+export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp  # a bare mpi4py program on the MPICH wheel (the launcher chooses them by itself)
 {venv}/mpiexec -launcher rsh -launcher-exec {ROOT}/jobs/pbs_tmrsh.sh -f "$PBS_NODEFILE" -n 3 {PYTHON} -c "{probe}" > ranks.txt
 """)
     job_id = pbs_jobs.submit(job, *SCATTER, "-j", "oe", variables=pbs_jobs.variables())

@@ -194,15 +194,20 @@ def test_describe_names_scheduler_launcher_and_tasks():
     assert detect({}).describe() == "scheduler none, launcher none"
 
 
-def test_on_the_mpich_wheel_the_launcher_chooses_ofi_unless_a_netmod_or_another_library_was_chosen(tmp_path):
+def test_on_the_mpich_wheel_the_launcher_chooses_ofi_over_tcp_unless_a_netmod_or_another_library_was_chosen(
+        tmp_path):
     prefix, site = tmp_path / "venv", tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     (prefix / "lib").mkdir(parents=True)
     site.mkdir(parents=True)
-    assert environment.wheel_netmod({}, str(prefix), [str(site)]) is None  # no MPICH in this environment
+    assert environment.wheel_mpi_variables({}, str(prefix), [str(site)]) == {}  # no MPICH in this environment
     (prefix / "lib" / "libmpi.so.12").touch()
-    assert environment.wheel_netmod({}, str(prefix), [str(site)]) is None  # a libmpi, but not the wheel's
+    assert environment.wheel_mpi_variables({}, str(prefix), [str(site)]) == {}  # a libmpi, but not the wheel's
     (site / "mpich-5.0.2.dist-info").mkdir()
-    assert environment.wheel_netmod({}, str(prefix), [str(tmp_path), str(site)]) == "ofi"
+    assert environment.wheel_mpi_variables({}, str(prefix), [str(tmp_path), str(site)]) == {
+        "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+    # A provider the user chose stays theirs; the netmod is still chosen.
+    assert environment.wheel_mpi_variables({"FI_PROVIDER": "sockets"}, str(prefix), [str(site)]) == {
+        "MPIR_CVAR_CH4_NETMOD": "ofi"}
     for chosen in ({"MPIR_CVAR_CH4_NETMOD": "ucx"}, {"MPI4PY_LIBMPI": "/opt/cray/lib/libmpi.so"},
                    {"MPI4PY_MPIABI": "openmpi"}):
-        assert environment.wheel_netmod(chosen, str(prefix), [str(site)]) is None
+        assert environment.wheel_mpi_variables(chosen, str(prefix), [str(site)]) == {}

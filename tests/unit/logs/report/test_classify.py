@@ -56,6 +56,17 @@ def test_a_rank_that_never_came_out_of_mpi_init_is_named_and_pmi2_over_ucx_gets_
     assert classify([entry(1, "never reported")], {1: ofi}, {}, None, driver_code=None)[0].note == ""
 
 
+def test_a_rank_on_the_mpich_wheel_stuck_in_mpi_init_is_read_as_such_from_its_log():
+    # What rank/life.py logs before MPI_Init on the wheel: launched, then the netmod it chose; nothing after.
+    facts = RankFacts(rank=1)
+    facts.read({"time": 100.0, "event": "launched",
+                "fields": {"launcher": "srun", "task": 1, "mpi_type": "pmi2", "netmod": None}})
+    facts.read({"time": 100.1, "event": "netmod_chosen", "fields": {"netmod": "ofi", "provider": "tcp"}})
+    assert facts.mpi_ready is None and facts.launch["netmod"] == "ofi"
+    (cause,) = classify([entry(1, "never reported")], {1: facts}, {}, None, driver_code=None)
+    assert (cause.cause, cause.note) == ("mpi_init", "")
+
+
 def test_workers_rank_0_waited_for_in_vain_are_named_by_their_own_logs_first():
     head = RankFacts(rank=0, missing=[1, 2])
     result = found([entry(0), entry(1, "never reported"), entry(2, "never reported")], {0: head},
