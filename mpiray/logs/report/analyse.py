@@ -143,12 +143,14 @@ def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
     causes = classify(ranks, facts, ray_logs, exit_code, driver_code=head.driver_code if head else None)
     if exit_code in (0, None):
         return causes
-    declared: dict[str, list[tuple[DriverEvent, tuple[str, str]]]] = {}
+    by_kind: dict[str, list[DriverEvent]] = {}
     for event in said:
         if event.cause is not None:
-            declared.setdefault(event.event, []).append((event, event.cause))
-    found = [FoundCause(kind, *events[0][1], [0], [f"{event.driver}: {event.text[:200]}" for event, _ in events[:3]])
-             for kind, events in declared.items()]
+            by_kind.setdefault(event.event, []).append(event)
+    found = []
+    for kind, events in by_kind.items():
+        title, fix = events[0].cause or ("", "")
+        found.append(FoundCause(kind, title, fix, [0], [f"{event.driver}: {event.text[:200]}" for event in events[:3]]))
     return found + [c for c in causes if not (found and c.cause == "driver_failed")]
 
 
