@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
+from mpiray.batch import pmi
 from mpiray.deadline import Deadline, poll_until
 from mpiray.rank.messages import Message
 
@@ -28,6 +29,7 @@ class Comm:
         self.poll_interval = poll_interval
         self._pending: list[MPI.Request] = []
         self.sent = self.received = 0  # messages, for the log: O(N) at rank 0, O(1) at a worker
+        self._pmi = pmi.hydra_socket(os.environ)  # MPICH's PMI connection to Hydra, as after MPI_Init
 
     def send(self, obj: Any, dest: int, tag: int) -> None:
         self.sent += 1
@@ -136,13 +138,16 @@ class Comm:
         _flush()
         os._exit(code)
 
-    @staticmethod
-    def exit_now(code: int) -> None:
-        """MPI_Finalize, then exit with code: from a thread of mpiray.init()'s rank 0 whose main thread
-        (the user's script) is stuck; without MPI_Finalize, mpirun would report this rank as killed."""
+    def exit_now(self, code: int) -> None:
+        """MPI_Finalize, then exit with code, from a thread of mpiray.init()'s rank 0 whose main thread (the user's
+        script) is stuck, or from its exit hook where Ray's own would hang: os._exit, past every exit handler, so
+        first the PMI finalize that MPICH would send from one (batch/pmi.py), else Hydra takes this exit for a crash
+        and SIGKILLs the ranks of the host still on their way out. Without MPI_Finalize, mpirun would report this
+        rank as killed."""
         _flush()
         if not MPI.Is_finalized():
             MPI.Finalize()
+        pmi.finalize(self._pmi)
         os._exit(code)
 
 
