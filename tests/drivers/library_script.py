@@ -6,8 +6,7 @@ caught inside, then a normal end), bound-exit (sys.exit bound before init(): exi
 exit-false (init(exit=False): the other ranks go on with MPI), context (mpiray.cluster()),
 time-limit (init(time_limit=4), then sleeps 60 s), time-limit-stuck (the same, with SIGTERM blocked in
 the main thread: the script cannot end when told to), wait-then-ray (waits for MARKER to exist, then
-calls Ray), new-remote-after-loss (init(stop_grace=5), then as wait-then-ray with the first task of a remote
-function defined before, whose export waits for the GCS in Ray's C++ client), blocked-in-ray (blocked in
+calls Ray), blocked-in-ray (blocked in
 ray.get(timeout=60) of a task that sleeps 60 s), blocked-in-c (sleeps 60 s with SIGTERM blocked in the main
 thread, as C code that never returns to Python), finalize-pause
 (exits 3, and every rank then pauses in its exit functions, where MPI_Finalize runs), port-in-use
@@ -78,8 +77,7 @@ if mode == "finalize-pause":
 
     ctypes.pythonapi.Py_AtExit(ctypes.cast(ctypes.CDLL(None).pause, ctypes.c_void_p))
 
-limits = {"time_limit": 4, "stop_grace": 3} if mode.startswith("time-limit") else \
-    {"stop_grace": 5} if mode == "new-remote-after-loss" else {}
+limits = {"time_limit": 4, "stop_grace": 3} if mode.startswith("time-limit") else {}
 info = mpiray.init(log_dir=log_dir, exit=(mode != "exit-false"), **limits)
 from mpi4py import MPI  # noqa: E402  (MPI is initialised by now)
 
@@ -119,19 +117,6 @@ if mode.startswith("time-limit") or mode == "blocked-in-c":
     print("SLEEPING", flush=True)
     time.sleep(60)
     print("SLEPT TO THE END", flush=True)
-if mode == "new-remote-after-loss":
-    import ray
-
-    @ray.remote
-    def f(x):
-        return x
-
-    print("WAITING", flush=True)
-    marker = Path(sys.argv[3])
-    deadline = time.monotonic() + 120
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    print(f"RAY ANSWERED {ray.get(f.remote(1), timeout=60)}", flush=True)  # its export waits in Ray's C++ client
 if mode == "wait-then-ray":
     import ray
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import head_loss
 from helpers import (
     BIN,
     ROOT,
@@ -202,19 +203,20 @@ def test_losing_the_head_ends_every_rank_with_1_and_a_clear_message(tmp_path, pa
     assert_every_rank_ended_with(job_dir, 2, 1)
 
 
-def test_losing_the_head_while_the_script_waits_in_rays_cpp_client_ends_every_rank_with_1(tmp_path, pace):
-    """The head's GCS killed just before the script submits the first task of a remote function: its export waits
-    for the GCS inside Ray's C++ client, past the stop grace (5 s here). The agent ends the process without the
-    script: exit code 1 on every rank, not rank 0 SIGKILLed (9)."""
-    marker = tmp_path / "go"
-    out, err, job_dir, took, code = lose_the_head(tmp_path, "new-remote-after-loss", "WAITING", str(marker),
-                                                  then=marker.touch)
-    print(f"head's GCS killed -> every rank ended: {took:.1f} s")
-    assert code == 1, err[-3000:]
-    assert last_event(job_dir, 0, "script_stuck")["grace"] == 5  # it was stuck, and ended without it
-    assert "RAY ANSWERED" not in out
-    assert took < 5 + pace.deadline(), took
-    assert_every_rank_ended_with(job_dir, 2, 1)
+@pytest.mark.parametrize("shape", list(head_loss.SHAPES))
+def test_a_head_lost_as_users_lose_it_ends_every_ranks_process_with_1(tmp_path, shape):
+    """The user's shape: 3 ranks on one host, the default stop grace, a script (or a command line's driver) that
+    SIGKILLs its head's GCS, then calls a remote function defined after it: its export waits for the GCS in Ray's
+    C++ client, so mpiray.init()'s rank 0 ends the process without the script. Every rank's process exits with 1 as
+    Hydra saw it, not only in its log: rank 0 once left by os._exit before the others, and Hydra's proxy SIGKILLed
+    them (mpirun returned 9, or 1 with their statuses set to 0)."""
+    outcome = head_loss.under_hydra(shape, tmp_path)
+    assert outcome.every_rank_exited_with(1), outcome.describe() + "\n" + outcome.stderr[-3000:]
+    assert "KILLED" in outcome.stdout and "ANSWERED" not in outcome.stdout
+    assert last_event(outcome.job_dir, 0, "head_lost")["cause"] == "head_lost"
+    if shape != "command line":  # the script was stuck, and its process ended without it
+        assert last_event(outcome.job_dir, 0, "script_stuck") is not None
+    assert_nothing_left(Launch(1, "", "", outcome.job_dir, 0), wait=5)
 
 
 @pytest.mark.parametrize("mode, line", [("blocked-in-ray", "BLOCKED"), ("blocked-in-c", "SLEEPING")])

@@ -20,6 +20,7 @@ import pytest
 
 from mpiray.logs.events import read_events
 
+import head_loss
 from helpers import (
     JOB_TIMEOUT_S,
     JOBS,
@@ -220,6 +221,16 @@ def test_mpiray_init_in_the_users_script_spans_three_hosts(slurm_testbed, jobs, 
     assert_each_rank_advertises_its_own_node_ip(slurm_testbed, logs)
     assert exited_with(logs, code)
     jobs.wait_until_gone(job_dir.name)
+
+
+def test_a_head_lost_under_srun_ends_every_task_with_1(slurm_testbed, jobs, tmp_path):
+    """The user's script on mpiray.init() SIGKILLs its head's GCS, then calls a new remote function: every task exits
+    with 1 as srun saw it (not Killed), and logged it."""
+    outcome = head_loss.under_srun(slurm_testbed, jobs.name, tmp_path, timeout=JOB_TIMEOUT_S)
+    jobs.ids.append(outcome.job_dir.name)
+    assert outcome.every_rank_exited_with(1), outcome.describe() + "\n" + outcome.stderr[-3000:]
+    assert "KILLED" in outcome.stdout and "ANSWERED" not in outcome.stdout
+    jobs.wait_until_gone(outcome.job_dir.name)
 
 
 @pytest.mark.timeout(JOB_TIMEOUT_S * 6)  # its startup deadline (from the pace: 240 s or more) + JOB_TIMEOUT_S, with room
