@@ -290,9 +290,11 @@ def test_multi_node_script_completes_with_the_drivers_output_and_rank_logs(
 
     output = (tmp_path / f"{jobs.name}-{job_id}.out").read_text()
     seen = placement(output)
-    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips
-    assert f"job {job_id}: exit code 0; per-rank logs in {tmp_path}/logs/{job_id}/" in output
     job_dir = tmp_path / "logs" / job_id
+    # Once (1 fresh run of CI's, under its two lanes' load) the driver saw 2 nodes ALIVE of 3, the job exit 0: rank 0's
+    # log says why (a host left out, or a node lost) where it happens again.
+    assert sorted(task["ip"] for task in seen["pinned"]) == bed.node_ips, (job_dir / "rank-0000.log").read_text()[-4000:]
+    assert f"job {job_id}: exit code 0; per-rank logs in {tmp_path}/logs/{job_id}/" in output
     assert sorted(p.name for p in job_dir.glob("rank-*.log") if not p.name.endswith(".ray.log")) == \
         ["rank-0000.log", "rank-0001.log", "rank-0002.log"]
     logs = rank_logs(job_dir, 3)
