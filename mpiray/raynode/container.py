@@ -90,10 +90,12 @@ class Container:
             # exec shares the host's network, PIDs, /dev/shm and environment; --bind a,b,c.
             return [self.kind, "exec", *(["--bind", ",".join(mounts)] if mounts else []), *flags, self.image, *argv]
         if self.kind == "charliecloud":
-            # ch-run: the process tree stays the caller's; a bind's target must exist in the image (or below /tmp,
-            # which is the host's).
-            return ["ch-run", *(f"--bind={bind.source}:{bind.target}" for bind in binds), *flags, self.image, "--",
-                    *argv]
+            # ch-run: the process tree stays the caller's; a bind's target must exist in the image or below its /tmp.
+            # That /tmp is the host's $TMPDIR where one is set (and TMPDIR is unset inside), so a private dir in a
+            # TMPDIR below /tmp (Kestrel's /tmp/scratch/JOBID) would have no same path inside: started without
+            # TMPDIR, ch-run binds the host's /tmp there, and every path below it is the same inside as outside.
+            return ["env", "-u", "TMPDIR", "ch-run", *(f"--bind={bind.source}:{bind.target}" for bind in binds),
+                    *flags, self.image, "--", *argv]
         if self.kind == "shifter":
             return ["shifter", f"--image={self.image}", *(f"--volume={m}" for m in mounts), *flags, *argv]
         if self.kind == "enroot":

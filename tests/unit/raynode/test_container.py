@@ -21,7 +21,8 @@ ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/tmp/mpiray-0-r0-ab/tok
                    "/work/mpiray/mpiray:/tmp/mpiray-0-r0-ab/code/mpiray:ro", "--nv", "/img/ray.sif", *ARGV]),
     ("singularity", ["singularity", "exec", "--bind", "/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab,"
                      "/work/mpiray/mpiray:/tmp/mpiray-0-r0-ab/code/mpiray:ro", "--nv", "/img/ray.sif", *ARGV]),
-    ("charliecloud", ["ch-run", "--bind=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab",
+    # ch-run binds $TMPDIR at the image's /tmp: without it, the host's /tmp (Kestrel's TMPDIR lies below it).
+    ("charliecloud", ["env", "-u", "TMPDIR", "ch-run", "--bind=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab",
                       "--bind=/work/mpiray/mpiray:/tmp/mpiray-0-r0-ab/code/mpiray", "--nv", "/img/ray.sif", "--",
                       *ARGV]),
     ("shifter", ["shifter", "--image=/img/ray.sif", "--volume=/tmp/mpiray-0-r0-ab:/tmp/mpiray-0-r0-ab",
