@@ -13,10 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+
+from mpiray.logs.events import read_events
 
 from . import testbed
 from lifecycle import KEEP_ENV
+from netns import machine_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -119,3 +123,21 @@ def finish(proc: subprocess.Popen, timeout: float) -> int:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def raylet_of(bed, job_dir: Path, rank: int) -> psutil.Process:
+    """The raylet of a rank's Ray node, by the machine's PID: the rank logs its host's PIDs (node_pids), and each
+    testbed host numbers its processes itself."""
+    for record in read_events(job_dir / f"rank-{rank:04d}.jsonl"):
+        if record["event"] != "node_pids":
+            continue
+        (node,) = [node for node in bed.nodes if node.name == record["host"]]
+        on_host = machine_pids(node)
+        for pid in record["fields"]["pids"]:
+            try:
+                process = psutil.Process(on_host[pid])
+                if process.name() == "raylet":
+                    return process
+            except (KeyError, psutil.Error):
+                continue
+    pytest.fail(f"no raylet among the processes rank {rank} logged in {job_dir}")

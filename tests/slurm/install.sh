@@ -8,8 +8,10 @@ set -euo pipefail
 # libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix) dlopens libpmix.so, which only the -dev
 # package provides; slurmd loads it when it starts, so install it before `testbed.py up`.
 # sshfs and openssh-server: a real network file system (tests/real/local/test_preflight.py mounts one from an sshd
-# of its own; no service is started here, and this kernel has no NFS).
-packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev prometheus sshfs openssh-server)
+# of its own; no service is started here, and this kernel has no NFS). faketime: a testbed host's clock set off
+# (testbed.set_clock preloads its libfaketime in that host's job tasks).
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux hostname libpmix-dev prometheus sshfs openssh-server
+          faketime)
 
 missing=()
 for package in "${packages[@]}"; do

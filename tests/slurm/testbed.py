@@ -1,11 +1,11 @@
 """A three-host Slurm cluster on one machine, for testing the launcher under real srun/sbatch.
 
-Each compute node is a network namespace with its own address on a private bridge (eth0, the
-management network: its hostname resolves to it), a second one on a bridge of its own (hsn0, as a
-site's high-speed network), its own hostname (UTS namespace) and its own slurmd; slurmctld and
-munged run in the root namespace.
-The nodes share the PID space, the filesystem (/tmp, $HOME) and the CPUs with each other and
-with the host, like the nodes of a shared HPC machine.
+Each compute node is a host as a cluster's are: a network namespace with its own address on a private bridge
+(eth0, the management network: its hostname resolves to it), a second one on a bridge of its own (hsn0, as a site's
+high-speed network), its own hostname, process table, /tmp (a job's TMPDIR is /tmp/scratch/JOBID there, as on
+Kestrel) and /dev/shm, its own memory cgroup and its own slurmd (netns.Room; host_init.py is each host's PID 1);
+slurmctld and munged run in the root namespace. What a site shares stays shared: the checkout and its venv, $HOME,
+the testbed's state dir, pytest's base dir and SHARED_DIR. The hosts share the machine's 2 CPUs.
 
     python tests/slurm/testbed.py up | down | status | env
 
@@ -15,7 +15,9 @@ One testbed per machine: the namespace, bridge and host names are fixed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import getpass
 import ipaddress
 import os
 import pwd
@@ -37,8 +39,10 @@ from netns import (  # noqa: E402
     POLL_INTERVAL_S,
     Daemons,
     Fabric,
+    FileServer,
     Network,
     Node,
+    Room,
     TestbedError,
     command_line,
     login_command,
@@ -52,6 +56,14 @@ STATE_DIR_ENV = "MPIRAYTEST_TESTBED_DIR"
 DEFAULT_STATE_DIR = Path("/tmp/mpiray-slurm")
 # Marks a state directory as ours, so that down() never deletes a directory it did not make.
 MARKER_FILE = ".mpiray-testbed"
+# Below the machine's /tmp and shared by every host, as a site's scratch file system: where a benchmark that is not a
+# pytest (whose base dir is shared too) puts what its jobs read and write.
+SHARED_DIR = Path("/tmp/mpiray-shared")
+# Each job's node-local dir on every host of the job, made by the prolog and removed by the epilog (NREL Kestrel's
+# naming): the job's TMPDIR.
+JOB_TMPDIR = "/tmp/scratch/$SLURM_JOB_ID"
+# Debian's libfaketime (install.sh), preloaded in a host's job tasks when that host's clock is set off (set_clock).
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 CONTROLLER_IP = "10.77.0.1"
@@ -62,6 +74,7 @@ BRIDGE = "mpiray-br0"
 HSN_SUBNET = ipaddress.ip_network("10.79.0.0/24")
 HSN_GATEWAY_IP = "10.79.0.1"
 HSN_BRIDGE = "mpiray-hsn0"
+FILE_SERVER = "mpiray-fs"  # the host that serves /lustre to the others (netns.FileServer), at SUBNET's .20
 LOGIN_HOST = "mpiray-login"  # the login node: the controller's side of the bridge, a process table of its own
 NODE_COUNT = 3
 CPUS_PER_NODE = 2
@@ -108,6 +121,17 @@ class Testbed:
         return self.state_dir / "slurm.conf"
 
     @property
+    def room(self) -> Room:
+        """What makes each node a host of its own (netns.Room): its /tmp below state_dir/hosts."""
+        shared = [self.state_dir, SHARED_DIR, Path(f"/tmp/pytest-of-{getpass.getuser()}")]
+        return Room(self.state_dir / "hosts", tuple(path for path in shared if path.is_relative_to("/tmp")),
+                    file_server=self.file_server)
+
+    def clock_file(self, node: Node) -> Path:
+        """The offset of the node's clock, read by the task prolog (set_clock)."""
+        return self.state_dir / "clock" / node.name
+
+    @property
     def log_dir(self) -> Path:
         return self.state_dir / "log"
 
@@ -119,7 +143,15 @@ class Testbed:
     def network(self) -> Network:
         return Network(BRIDGE, SUBNET, self.controller_ip, self.nodes, "mpiray slurm testbed (tests/slurm/testbed.py)",
                        extra_names=((self.controller_ip, LOGIN_HOST),),
-                       fabric=Fabric(HSN_BRIDGE, HSN_SUBNET, HSN_GATEWAY_IP))
+                       fabric=Fabric(HSN_BRIDGE, HSN_SUBNET, HSN_GATEWAY_IP), servers=(self.file_server.node,))
+
+    @property
+    def file_server(self) -> FileServer:
+        """/lustre on every node: a dir on the machine's disk that the nodes reach only through the file server's
+        link (400 Mbit/s each way unless a test throttles it otherwise)."""
+        node = Node(name=FILE_SERVER, ip=str(list(SUBNET.hosts())[19]), veth="mpiray-vethfs")
+        return FileServer(node, export=self.state_dir / "hosts" / FILE_SERVER / "export",
+                          keys=self.state_dir / "file-server-keys")
 
     @property
     def daemons(self) -> Daemons:
@@ -260,9 +292,12 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
         f"AuthInfo=socket={testbed.munge_socket}",
         f"StateSaveLocation={state}/ctld",
         f"SlurmdSpoolDir={state}/spool/%n",
-        # The nodes share /tmp: srun --mpi=pmix makes its clients' dir (spmix_appdir_UID_JOB.STEP)
-        # in TmpFS, the same name on every node of a step, so each node needs its own.
-        f"TmpFS={state}/tmp/%n",
+        # Each job's node-local TMPDIR (JOB_TMPDIR) on every host of the job from its start to its end, and the task
+        # prolog that names it (and sets a host's clock off: set_clock).
+        "PrologFlags=Alloc",
+        f"Prolog={state}/prolog.sh",
+        f"Epilog={state}/epilog.sh",
+        f"TaskProlog={state}/task_prolog.sh",
         f"SlurmctldPidFile={state}/run/slurmctld.pid",
         f"SlurmdPidFile={state}/run/slurmd-%n.pid",
         f"SlurmctldLogFile={testbed.slurmctld_log}",
@@ -313,6 +348,22 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
 # --- commands and processes ------------------------------------------------------------------
 
 
+def prologs(testbed: Testbed) -> dict[str, str]:
+    """The prolog (root, on each host as the job starts), epilog (at its end) and task prolog (each task, as its user:
+    what it prints as `export NAME=VALUE` is set in the task's environment) scripts, by file name."""
+    clock = testbed.state_dir / "clock"
+    return {
+        "prolog.sh": f'#!/bin/sh\nset -e\nmkdir -p /tmp/scratch\nmkdir -p -m 700 "{JOB_TMPDIR}"\n'
+                     f'chown "$SLURM_JOB_UID" "{JOB_TMPDIR}"\n',
+        "epilog.sh": '#!/bin/sh\nrm -rf "/tmp/scratch/${SLURM_JOB_ID:?}"\n',
+        "task_prolog.sh": f'#!/bin/sh\necho "export TMPDIR={JOB_TMPDIR}"\n'
+                          f'offset=$(cat "{clock}/$(hostname)" 2>/dev/null) || exit 0\n'
+                          # One variable a line: Slurm reads `export NAME=VALUE`, its value the rest of the line.
+                          f'echo "export LD_PRELOAD={LIBFAKETIME}"\necho "export FAKETIME=$offset"\n'
+                          'echo "export FAKETIME_DONT_FAKE_MONOTONIC=1"\n',
+    }
+
+
 def gres_conf(testbed: Testbed) -> str:
     """gres.conf text: every node's GPUs, their device files the stand-ins under the state dir."""
     devices = testbed.state_dir / "dev" / f"nvidia[0-{GPUS_PER_NODE - 1}]"
@@ -359,7 +410,7 @@ def job_processes(testbed: Testbed, job_id: int | str) -> dict[int, str]:
 
 
 def _daemon_names(testbed: Testbed) -> list[str]:
-    return ["munged", "slurmctld"] + [f"slurmd-{node.name}" for node in testbed.nodes]
+    return ["munged", "slurmctld", f"sshd-{FILE_SERVER}"] + [f"slurmd-{node.name}" for node in testbed.nodes]
 
 
 def _daemon_log(testbed: Testbed, daemon: str) -> Path:
@@ -379,7 +430,11 @@ def _make_state_dir(testbed: Testbed) -> None:
         (state / sub).mkdir(exist_ok=True)
     for node in testbed.nodes:
         (state / "spool" / node.name).mkdir(parents=True, exist_ok=True)
-        (state / "tmp" / node.name).mkdir(parents=True, exist_ok=True)
+    testbed.room.make(testbed.nodes)
+    (state / "clock").mkdir(exist_ok=True)
+    for name, text in prologs(testbed).items():
+        (state / name).write_text(text)
+        (state / name).chmod(0o755)
     (state / "plugstack.conf").write_text("")
     (state / "dev").mkdir(exist_ok=True)
     for index in range(GPUS_PER_NODE):
@@ -416,8 +471,25 @@ def _start_slurm(testbed: Testbed) -> None:
     env = testbed.env()
     testbed.daemons.start("slurmctld", ["slurmctld", "-D", "-f", str(testbed.conf_path)], env=env)
     for node in testbed.nodes:
-        testbed.daemons.start(f"slurmd-{node.name}",
-                              node.command(["slurmd", "-D", "-N", node.name, "-f", str(testbed.conf_path)]), env=env)
+        start_slurmd(testbed, node)
+
+
+def start_slurmd(testbed: Testbed, node: Node, detach: bool = False) -> None:
+    """The node's slurmd, the one process its PID 1 starts: the node's power on (netns.power_off is its loss);
+    detach: from within a test (the host is then no child of the test's process)."""
+    testbed.daemons.start(f"slurmd-{node.name}", node.command(
+        ["slurmd", "-D", "-N", node.name, "-f", str(testbed.conf_path)], testbed.room), detach, env=testbed.env())
+
+
+def set_clock(testbed: Testbed, node: Node, offset_s: float | None) -> None:
+    """The node's clock, as its jobs' tasks (and all they start: Ray) read the time of day, offset_s off the machine's
+    (libfaketime, preloaded by the task prolog; None: right again). Monotonic clocks stay true; slurmd's own clock
+    too. Takes effect for tasks started after it."""
+    path = testbed.clock_file(node)
+    if offset_s is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(f"{offset_s:+.0f}\n")
 
 
 def _wait_for(ready, testbed: Testbed, what: str, timeout: float) -> None:
@@ -483,6 +555,7 @@ def up(state_dir: str | Path | None = None, timeout: float = UP_TIMEOUT_S) -> Te
         _make_state_dir(testbed)
         testbed.network.create()
         _start_munged(testbed)
+        testbed.file_server.start(testbed.daemons)
         _start_slurm(testbed)
         _wait_for(lambda: _all_nodes_in(testbed, ("idle",)), testbed, f"{NODE_COUNT} idle nodes in sinfo", timeout)
 
@@ -496,13 +569,16 @@ def down(state_dir: str | Path | None = None) -> None:
     testbed = describe(state_dir)
     check_ours(testbed.state_dir, MARKER_FILE)
     controller = testbed.daemons.pid("slurmctld")
-    node_processes = [pid for node in testbed.nodes for pid in processes_on(node)]
+    node_processes = [pid for node in testbed.nodes + (testbed.file_server.node,) for pid in processes_on(node)]
     # Powering off the nodes: slurmd, slurmstepd and every job process on them.
     terminate([pid for pid in [controller] + node_processes if pid is not None])
     munged = testbed.daemons.pid("munged")
     if munged is not None:
         terminate([munged])
+    testbed.room.remove_cgroups(testbed.nodes)
     testbed.network.delete()
+    with contextlib.suppress(OSError):  # left where it is not empty (not ours) or is mounted
+        testbed.file_server.mount_point.rmdir()
     remove_state(testbed.state_dir, MARKER_FILE)
 
 

@@ -3,8 +3,11 @@ each with its own address on a private bridge (and, if the testbed has one, a se
 bridge: a fabric, like a site's high-speed network), their names in a marked block of /etc/hosts, and the
 daemons a testbed starts, tracked by PID and start time (never found by name).
 
-The hosts share the PID space, the filesystem (/tmp, $HOME, the checkout) and the CPUs with each other
-and with the machine, like the nodes of a shared HPC system.
+A host given a Room (Node.command(argv, room)) is a host as a cluster's are: its own process table, /tmp and
+/dev/shm, in a memory cgroup of its own (host_init.py is its PID 1), while the file systems a site shares (the
+checkout and its venv, $HOME, the Room's shared paths) stay shared; the knobs below act on one such host:
+power_off, cut_off / reconnect, limit_memory. Without a Room, the hosts share the PID space and every file system
+with each other and the machine, like the jobs of one shared node. All hosts share the machine's CPUs.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,13 +59,205 @@ class Node:
         # Host end of the fabric's veth pair; with its peer's "p" at most 15 characters, as every interface name.
         return f"{self.veth}h"
 
-    def command(self, argv: list[str]) -> list[str]:
-        """argv run on this host: in its network namespace, with its own hostname.
+    def command(self, argv: list[str], room: Room | None = None) -> list[str]:
+        """argv run on this host: in its network namespace, with its own hostname, and with a room its own PID and
+        mount namespaces (host_init.py its PID 1; argv's end is the host's power loss).
 
         nsenter, not `ip netns exec`, which remounts /sys (slurmd then finds no cgroups);
         unshare --uts gives the host its name, resolved through /etc/hosts."""
-        return ["nsenter", f"--net={self.netns_path}", "unshare", "--uts", "--",
-                "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *argv]
+        enter = ["nsenter", f"--net={self.netns_path}", "unshare", "--uts"]
+        if room is None:
+            return [*enter, "--", "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *argv]
+        return [*enter, "--pid", "--fork", "--mount-proc", "--propagation", "slave", "--",
+                sys.executable, str(HOST_INIT), "--name", self.name, *room.init_args(self), "--", *argv]
+
+
+@dataclasses.dataclass(frozen=True)
+class Room:
+    """What makes the hosts of a testbed hosts, not jobs of one node (host_init.py does it): below hosts_dir, each
+    its own /tmp (HOSTS_DIR/NAME/tmp, seen from the machine: Room.path), hidden from the other hosts; the paths
+    `shared` below /tmp stay the machine's, as a site's shared file systems (the testbed's state dir, pytest's base
+    dir); /dev/shm a tmpfs of shm_size (None: the kernel's default, half the memory); a memory cgroup each below
+    the machine's (cgroup v1's memory controller, where there is one: limit_memory)."""
+
+    hosts_dir: Path
+    shared: tuple[Path, ...]
+    shm_size: str | None = None
+    file_server: FileServer | None = None  # mounted in every host before its daemon starts
+
+    def root(self, node: Node) -> Path:
+        return self.hosts_dir / node.name
+
+    def path(self, node: Node, inside: str | Path) -> Path:
+        """Where a path below the host's /tmp lies, seen from the machine."""
+        return self.root(node) / "tmp" / Path(inside).relative_to("/tmp")
+
+    def init_args(self, node: Node) -> list[str]:
+        args = ["--root", str(self.root(node)), "--hide", str(self.hosts_dir)]
+        args += [arg for path in self.shared for arg in ("--shared", str(path))]
+        if self.shm_size is not None:
+            args += ["--shm-size", self.shm_size]
+        if self.file_server is not None:
+            args += ["--first", json.dumps(self.file_server.mount_command())]
+        cgroup = memory_cgroup(node)
+        if cgroup is not None:
+            cgroup.mkdir(exist_ok=True)
+            args += ["--memory-cgroup", str(cgroup)]
+        return args
+
+    def make(self, nodes: tuple[Node, ...]) -> None:
+        for node in nodes:
+            (self.root(node) / "tmp").mkdir(parents=True, exist_ok=True)
+        for path in self.shared:
+            path.mkdir(mode=0o700, exist_ok=True)  # pytest's base dir: 0700, as pytest makes it
+
+    def remove_cgroups(self, nodes: tuple[Node, ...]) -> None:
+        """The hosts' memory cgroups, once their processes are gone (a cgroup with a process cannot go)."""
+        for node in nodes:
+            cgroup = memory_cgroup(node)
+            if cgroup is not None and cgroup.exists():
+                cgroup.rmdir()
+
+
+HOST_INIT = Path(__file__).with_name("host_init.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileServer:
+    """A host that serves one dir to all the others, as a site's parallel file system: sshd (Debian's
+    openssh-server) in a network namespace of its own on the management network, the dir mounted with sshfs at
+    mount_point in every host with a Room (host_init.py mounts it before the host's daemon starts), its link's
+    bandwidth set with tc (throttle): N hosts that read at once share it. export is on the machine's disk, hidden
+    from the hosts (below the Room's hosts_dir), so that they reach it only over the link; a host's reads go over it
+    each time it opens a file again (sshfs leaves no page cache from one open to the next)."""
+
+    node: Node
+    export: Path
+    keys: Path
+    mount_point: Path = Path("/lustre")
+    rate: str = "400mbit"  # the link's bandwidth, each way
+
+    def start(self, daemons: Daemons) -> None:
+        self.export.mkdir(parents=True, exist_ok=True)
+        self.keys.mkdir(parents=True, exist_ok=True)
+        for name in ("host", "user"):
+            if not (self.keys / name).exists():
+                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.keys / name)])
+        (self.keys / "authorized_keys").write_text((self.keys / "user.pub").read_text())
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        self.mount_point.mkdir(exist_ok=True)
+        options = {"ListenAddress": self.node.ip, "Port": 22, "HostKey": self.keys / "host", "PidFile": "none",
+                   "AuthorizedKeysFile": self.keys / "authorized_keys", "StrictModes": "no", "UsePAM": "no",
+                   "PermitRootLogin": "prohibit-password", "Subsystem": "sftp internal-sftp"}
+        daemons.start(f"sshd-{self.node.name}", self.node.command(
+            ["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", *[f"-o{key} {value}" for key, value in options.items()]]))
+        self.throttle(self.rate)
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while not self.listening():  # the hosts mount it as they start
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the file server's sshd does not listen on {self.node.ip}:22 after "
+                                   f"{COMMAND_TIMEOUT_S} s; read its log, sshd-{self.node.name}.out")
+            time.sleep(POLL_INTERVAL_S)
+
+    def listening(self) -> bool:
+        with socket.socket() as client:
+            client.settimeout(1)
+            return client.connect_ex((self.node.ip, 22)) == 0
+
+    def mount_command(self) -> list[str]:
+        """sshfs as a host runs it to mount the export (it stays in the background, a process of that host)."""
+        return ["sshfs", "-o", f"IdentityFile={self.keys / 'user'},StrictHostKeyChecking=no,"
+                "UserKnownHostsFile=/dev/null,allow_other,reconnect,ServerAliveInterval=5,ConnectTimeout=10",
+                f"root@{self.node.name}:{self.export}", str(self.mount_point)]
+
+    def throttle(self, rate: str) -> None:
+        """The link's bandwidth, each way: what the server sends (the hosts' reads) and what it receives (their
+        writes), e.g. "400mbit"."""
+        burst = "1mbit"  # at least rate / HZ: tbf sends no faster than one burst per tick
+        shape = ["tbf", "rate", rate, "burst", burst, "latency", "50ms"]
+        run(["nsenter", f"--net={self.node.netns_path}", "tc", "qdisc", "replace", "dev", "eth0", "root", *shape])
+        run(["tc", "qdisc", "replace", "dev", self.node.veth, "root", *shape])
+
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+def memory_cgroup(node: Node) -> Path | None:
+    """The host's memory cgroup: a child of the machine's own (this process's) in cgroup v1's memory hierarchy; None
+    where there is none (a cgroup v2 machine: the knob is not built there)."""
+    try:
+        membership = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in membership.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(",") and CGROUP_V1_MEMORY.is_dir():
+            return CGROUP_V1_MEMORY / path.lstrip("/") / node.name
+    return None
+
+
+def limit_memory(node: Node, limit_bytes: int | None) -> None:
+    """The host's memory: what its processes may hold together before the kernel's OOM killer takes one (None: no
+    limit). For a host in a Room on a machine with cgroup v1's memory controller."""
+    cgroup = memory_cgroup(node)
+    if cgroup is None or not cgroup.exists():
+        raise TestbedError(f"{node.name} has no memory cgroup (no Room, or no cgroup v1 memory controller here)")
+    value = str(limit_bytes) if limit_bytes is not None else "-1"
+    (cgroup / "memory.limit_in_bytes").write_text(value)
+
+
+def machine_pids(node: Node) -> dict[int, int]:
+    """The host's PID -> the machine's, of every process on the host (a PID a job on it logs is the host's own, where
+    the host has a PID namespace: the last of NSpid in /proc/PID/status; else the two are one)."""
+    found = {}
+    for pid in processes_on(node):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("NSpid:"):
+                found[int(line.split()[-1])] = pid
+    return found
+
+
+def host_init_pid(node: Node) -> int | None:
+    """The machine's PID of the host's PID 1 (host_init.py), or None if the host has no Room or is off."""
+    pid = machine_pids(node).get(1)
+    return pid if pid is not None and pid != 1 else None
+
+
+def power_off(node: Node) -> None:
+    """Every process of the host ends at once, as at a power loss: SIGKILL to its PID 1, on which the kernel kills
+    all the others of its PID namespace; returns once none is left. Its links stay up (a dead host answers no one)."""
+    init = host_init_pid(node)
+    if init is None:
+        raise TestbedError(f"{node.name} has no PID namespace of its own (no Room), or is off already")
+    os.kill(init, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while processes_on(node):
+        if time.monotonic() > deadline:
+            raise TestbedError(f"processes of {node.name} left after its power off: {processes_on(node)}")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def on_host(node: Node, argv: list[str]) -> subprocess.CompletedProcess:
+    """argv run on a host with a Room as root, from the machine: in all its namespaces (its files, /tmp, processes)."""
+    init = host_init_pid(node)
+    if init is None:
+        raise TestbedError(f"{node.name} has no namespaces of its own (no Room), or is off")
+    return run(["nsenter", f"--target={init}", "--mount", "--pid", "--net", "--uts", *argv])
+
+
+def resize_shm(node: Node, size: str) -> None:
+    """The host's /dev/shm remounted at size (tmpfs's size=, e.g. 64m): what Ray's object store may map there."""
+    on_host(node, ["mount", "-o", f"remount,size={size}", "/dev/shm"])
+
+
+def cut_off(node: Node, up: bool = False) -> None:
+    """The host's links down (up=True: up again): its processes live on, and no packet reaches them or leaves."""
+    for veth in (node.veth, node.hsn_veth if node.hsn_ip else None):
+        if veth is not None:
+            run(["ip", "link", "set", veth, "up" if up else "down"])
 
 
 def login_command(argv: list[str], name: str) -> list[str]:
@@ -95,6 +292,7 @@ class Network:
     hosts_block: str  # names the testbed in the /etc/hosts markers
     extra_names: tuple[tuple[str, str], ...] = ()  # more (ip, name) lines for /etc/hosts, e.g. a server's
     fabric: Fabric | None = None
+    servers: tuple[Node, ...] = ()  # hosts on the management network only, not compute nodes: a file server
 
     def __post_init__(self) -> None:
         if self.fabric is None:
@@ -133,19 +331,23 @@ class Network:
             if self.fabric is not None:
                 _plug(node, node.hsn_veth, self.fabric.bridge, self.fabric.interface,
                       f"{node.hsn_ip}/{self.fabric.subnet.prefixlen}")
+        for server in self.servers:
+            run(["ip", "netns", "add", server.name])
+            run(["ip", "-n", server.name, "link", "set", "lo", "up"])
+            _plug(server, server.veth, self.bridge, "eth0", f"{server.ip}/{self.subnet.prefixlen}")
         self._add_hosts_block()
 
     def delete(self) -> None:
         # Deleting a veth end deletes its peer; deleting the namespace does so too, but later,
         # asynchronously. So the veths first, and "already gone" is fine.
-        veths = [node.veth for node in self.nodes]
+        veths = [node.veth for node in self.nodes + self.servers]
         if self.fabric is not None:
             veths += [node.hsn_veth for node in self.nodes]
         for link in veths + list(self.subnets):
             result = run(["ip", "link", "delete", link], check=False)
             if result.returncode != 0 and link_exists(link):
                 raise TestbedError(f"cannot delete {link}: {result.stderr.strip()}")
-        for node in self.nodes:
+        for node in self.nodes + self.servers:
             if node.netns_path.exists():
                 run(["ip", "netns", "delete", node.name])
         self._remove_hosts_block()
@@ -153,7 +355,7 @@ class Network:
     def exists(self) -> bool:
         # The fabric's bridge too: a testbed made before it had a fabric is not this one, and up() remakes it.
         return all(link_exists(bridge) for bridge in self.subnets) and all(node.netns_path.exists()
-                                                                          for node in self.nodes)
+                                                                          for node in self.nodes + self.servers)
 
     def _check_subnet_free(self) -> None:
         for line in run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
@@ -179,7 +381,7 @@ class Network:
         text = self._without_block(HOSTS_FILE.read_text())
         if text and not text.endswith("\n"):
             text += "\n"
-        names = [*self.extra_names, *((node.ip, node.name) for node in self.nodes)]
+        names = [*self.extra_names, *((node.ip, node.name) for node in self.nodes + self.servers)]
         if self.fabric is not None:  # a host's own name stays on the management network, as on a site
             names += [(node.hsn_ip, node.hsn_name) for node in self.nodes]
         block = [self.hosts_begin, *(f"{ip} {name}" for ip, name in names), self.hosts_end]
@@ -303,14 +505,33 @@ class Daemons:
         """A daemon that forked itself away (its own lock file names it)."""
         self._pid_file(name).write_text(f"{pid} {start_time(pid) or '0'}\n")
 
-    def start(self, name: str, cmd: list[str], **popen_kwargs) -> int:
-        """Start a foreground daemon in its own session, its output in log_dir/NAME.out."""
+    def start(self, name: str, cmd: list[str], detach: bool = False, **popen_kwargs) -> int:
+        """Start a foreground daemon in its own session, its output in log_dir/NAME.out. detach: not as this
+        process's child but as init's (a host powered on again from within a test, which must leave no child)."""
+        if detach:
+            out = self.log_dir / f"{name}.out"
+            started = subprocess.run([sys.executable, "-c", _DETACH, str(out), *cmd], capture_output=True, text=True,
+                                     timeout=COMMAND_TIMEOUT_S, check=True, **popen_kwargs)
+            pid = int(started.stdout)
+            self.record(name, pid)
+            return pid
         with open(self.log_dir / f"{name}.out", "ab") as out:
             process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True, **popen_kwargs)
         _started[process.pid] = process
         self.record(name, process.pid)
         return process.pid
+
+
+# Starts argv[2:] in a session of its own, its output appended to argv[1], prints its PID and exits: the daemon is
+# then init's child, not the caller's.
+_DETACH = """
+import subprocess, sys
+with open(sys.argv[1], "ab") as out:
+    daemon = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+print(daemon.pid)
+"""
 
 
 def terminate(pids: list[int], timeout: float = STOP_TIMEOUT_S) -> None:

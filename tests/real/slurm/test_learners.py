@@ -22,6 +22,7 @@ from mpiray.logs.report.jobdir import read_job
 from train.run import LOST_NODE_SIGNS
 
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
+from slurm.fixture import raylet_of
 from slurm.recipes import recipe_line, submit_as_printed
 
 pytestmark = pytest.mark.train
@@ -109,7 +110,7 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
             assert first.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
             time.sleep(0.5)
         job_dir = job_dir_of(tmp_path, jobs)
-        raylet = _raylet_of(job_dir, rank=2)  # a learner is on every host: the third host's holds one
+        raylet = raylet_of(bed, job_dir, rank=2)  # a learner is on every host: the third host's holds one
         raylet.kill()
         assert first.wait(JOB_TIMEOUT_S) == 1, out.read_text()[-3000:]
     finally:
@@ -134,19 +135,6 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
     iterations = [int(number) for number, _ in PROGRESS.findall(output)]
     assert iterations[0] >= 3 and iterations[-1] == 6  # on from the checkpoint of iteration 2, not from 1
     jobs.wait_until_gone(job_dir_of_newest(tmp_path, jobs).name)
-
-
-def _raylet_of(job_dir: Path, rank: int) -> psutil.Process:
-    pids = [pid for record in read_events(job_dir / f"rank-{rank:04d}.jsonl") if record["event"] == "node_pids"
-            for pid in record["fields"]["pids"]]
-    for pid in pids:
-        try:
-            process = psutil.Process(pid)
-            if process.name() == "raylet":
-                return process
-        except psutil.Error:
-            continue
-    pytest.fail(f"no raylet among rank {rank}'s node's processes {pids}")
 
 
 def job_dir_of_newest(tmp_path: Path, jobs) -> Path:

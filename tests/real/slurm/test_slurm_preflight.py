@@ -5,11 +5,12 @@ nothing."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
+import netns
 from helpers import (
     BIN,
     JOB_TIMEOUT_S,
@@ -20,7 +21,6 @@ from helpers import (
     driver_report,
     needs_root,
     rank_events,
-    tmpfs,
 )
 
 STORE = 80 * 2**20  # the object store of each node: Ray's least is 75 MiB
@@ -33,6 +33,18 @@ def full_temp_dir_on(bed, jobs, tmp_path, bad: str, full, *options: str):
                     f'if [ "$(hostname)" = {bad} ]; then export MPIRAY_TEMP_DIR={full}; fi; exec "$@"', "bash", PYTHON,
                     str(START_RAY), "--log-dir", str(tmp_path / "logs"), *options, "--", PYTHON, "-c", NODES],
                    timeout=JOB_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def full_tmpfs_on(node):
+    """A RAM file system of 1 MiB on that host alone, 95% or more of it full (Ray cannot spill there); its path."""
+    point = f"/tmp/full-{os.getpid()}"
+    netns.on_host(node, ["sh", "-c", f"mkdir {point} && mount -t tmpfs -o size=1m,mode=0755 tmpfs {point} && "
+                                     f"head -c {1024 * 1024 - 4096 * 4} /dev/zero > {point}/filler"])
+    try:
+        yield point
+    finally:
+        netns.on_host(node, ["sh", "-c", f"umount -l {point}; rmdir {point}"])
 
 
 @contextlib.contextmanager
@@ -94,8 +106,7 @@ def test_a_host_whose_temp_dir_is_full_is_left_out_and_named_with_the_line_for_t
     job with exit 2 naming it, before any Ray starts."""
     bed = slurm_testbed
     bad = bed.node_names[2]
-    with tmpfs("1m") as full:
-        (full / "filler").write_bytes(b"x" * (1024 * 1024 - 4096 * 4))  # 95% or more of it: Ray cannot spill there
+    with full_tmpfs_on(bed.nodes[2]) as full:
         result = full_temp_dir_on(bed, jobs, tmp_path, bad, full)
         refused = full_temp_dir_on(bed, jobs, tmp_path / "refuse", bad, full, "--bad-nodes", "refuse")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -150,8 +161,9 @@ def test_a_host_whose_link_is_throttled_is_named_with_its_figure_and_left_out(sl
     assert all(row["send_mbit"] > 200 and row["receive_mbit"] > 200 for host, row in figures.items() if host != bad)
     assert set(check["refused"]) == {bad}
     assert (job_dir / "excluded_hosts").read_text().startswith(f"{bad}\tslow_link\t")
-    # The hosts share /tmp here: the left-out host, whichever made the job's spill dir there, kept it for the others.
-    assert not list(Path("/tmp").glob(f"mpiray-*-spill-{job_dir.name}-*"))
+    # Each host's spill dir lies in its own /tmp (the job's TMPDIR): none is left on any host, the left-out one's neither.
+    left = [path for node in bed.nodes for path in bed.room.path(node, "/tmp").rglob(f"mpiray-*-spill-{job_dir.name}-*")]
+    assert not left, left
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert f"on {bad}: its link sends at " in refused.stderr
     assert "NODES" not in refused.stdout

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import time
 
-import psutil
 import pytest
 
 from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, field, rank_logs, show_timings, wait_for_text
+from slurm.fixture import raylet_of
 
 TRAINER = ROOT / "tests" / "drivers" / "train_with_spare.py"
 STEPS = 20
@@ -36,9 +36,7 @@ def test_a_spare_takes_a_lost_nodes_place_and_ray_train_resumes_at_full_size(slu
     try:
         wait_for_text(log_dir, "*/driver.log", re.compile(r"^.*STEP 5$", re.M))
         (job_dir,) = log_dir.iterdir()
-        pids = field(rank_logs(job_dir, 3)[1], "node_pids", "pids")
-        raylet = next(pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).name() == "raylet")
-        os.kill(raylet, signal.SIGKILL)
+        raylet_of(bed, job_dir, rank=1).send_signal(signal.SIGKILL)
         killed = time.time()
         code = srun.wait(timeout=JOB_TIMEOUT_S)
     finally:

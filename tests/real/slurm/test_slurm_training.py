@@ -14,12 +14,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from train.run import EXPERIMENT_STATE_PERIOD_S
 
-from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, field, rank_logs, show_timings, wait_for_text
+from helpers import JOB_TIMEOUT_S, JOBS, PYTHON, START_RAY, rank_logs, show_timings, wait_for_text
+from slurm.fixture import raylet_of
 
 TRAIN = [PYTHON, "-m", "train", "--train-batch-size", "400", "--fcnet-hiddens", "32"]
 REQUEUE_BATCH = 2000  # env steps per iteration in the requeue test (the last --train-batch-size wins)
@@ -111,9 +111,7 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
         for rank, after in ((1, 3), (2, 6)):
             wait_for_text(log_dir, "*/driver.log", re.compile(rf" iter {after} \|"))
             (job_dir,) = log_dir.iterdir()
-            pids = field(rank_logs(job_dir, 3)[rank], "node_pids", "pids")
-            raylet = next(pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).name() == "raylet")
-            os.kill(raylet, signal.SIGKILL)
+            raylet_of(bed, job_dir, rank).send_signal(signal.SIGKILL)
             killed[rank] = time.time()
         code = srun.wait(timeout=JOB_TIMEOUT_S)
     finally:

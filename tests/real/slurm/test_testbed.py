@@ -1,5 +1,6 @@
 """The Slurm testbed itself: three idle hosts, MPI across them with PMI2, singletons without it,
-TCP between the hosts (on eth0 and on hsn0), and exit codes of failed batch jobs."""
+TCP between the hosts (on eth0 and on hsn0), exit codes of failed batch jobs; each host its own process table, /tmp,
+TMPDIR and /dev/shm, and the knobs on one host: power off, cut off, memory, /dev/shm's size, clock."""
 
 import json
 import os
@@ -8,11 +9,16 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
+import pytest
+
+import netns
 from slurm import testbed
 
 # The project venv: the testbed's nodes share this filesystem.
 PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[3]
 STEP_TIMEOUT_S = 60
 
 # Prints what one task sees: MPI rank and size, its address on the testbed network, its
@@ -141,3 +147,177 @@ def test_failing_batch_job_reports_exit_code(slurm_testbed, tmp_path):
     result = slurm_testbed.wait_for_job(job_id, timeout=STEP_TIMEOUT_S)
     assert result == testbed.JobResult(state="FAILED", exit_code=3, signal=0)
     assert output.read_text().startswith("started on mpiray-node")
+
+
+# --- hosts that are hosts: each node's own processes, /tmp, /dev/shm and TMPDIR; the knobs on one host ------------
+
+# What one task sees of its host: its hostname, every process in its table, /tmp's entries, TMPDIR and its mode.
+HOST_PROBE = textwrap.dedent("""
+    import json, os, socket
+    processes = [open(f"/proc/{pid}/comm").read().strip() for pid in os.listdir("/proc") if pid.isdigit()]
+    tmpdir = os.environ.get("TMPDIR", "")
+    print(json.dumps({"host": socket.gethostname(), "processes": processes, "tmp": sorted(os.listdir("/tmp")),
+                      "tmpdir": tmpdir, "tmpdir_mode": oct(os.stat(tmpdir).st_mode & 0o777) if tmpdir else None}),
+          flush=True)
+""")
+
+
+def host_probe(bed, *srun_args):
+    result = bed.run(["srun", *srun_args, PYTHON, "-c", HOST_PROBE], timeout=STEP_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    return {task["host"]: task for task in map(json.loads, result.stdout.splitlines())}
+
+
+def test_a_file_in_one_hosts_tmp_is_not_in_anothers(slurm_testbed, tmp_path):
+    first, second = slurm_testbed.nodes[:2]
+    marker = f"/tmp/written-on-{first.name}-{os.getpid()}"
+    shared = tmp_path / "shared-file"
+    write = slurm_testbed.run(["srun", "-N1", f"--nodelist={first.name}", "sh", "-c",
+                               f"echo x > {marker} && echo y > {shared}"], timeout=STEP_TIMEOUT_S)
+    assert write.returncode == 0, write.stderr
+    try:
+        seen = host_probe(slurm_testbed, "-N2", "-n2", f"--nodelist={first.name},{second.name}")
+        assert Path(marker).name in seen[first.name]["tmp"]
+        assert Path(marker).name not in seen[second.name]["tmp"]
+        assert not Path(marker).exists()  # nor on the machine's /tmp
+        assert slurm_testbed.room.path(first, marker).read_text() == "x\n"
+        # What a site shares stays shared: pytest's dir (the submit dir of every test) is one on all hosts.
+        assert shared.read_text() == "y\n"
+        # No host sees another's /tmp through the testbed's state dir, which all share.
+        assert not host_probe(slurm_testbed, "-N1", f"--nodelist={second.name}")[second.name]["tmp"].count(
+            str(slurm_testbed.room.hosts_dir))
+        peek = slurm_testbed.run(["srun", "-N1", f"--nodelist={second.name}", "ls", "-A",
+                                  str(slurm_testbed.room.hosts_dir)], timeout=STEP_TIMEOUT_S)
+        assert peek.returncode == 0 and peek.stdout == "", peek.stdout + peek.stderr
+    finally:
+        slurm_testbed.room.path(first, marker).unlink(missing_ok=True)
+
+
+def test_each_host_has_its_own_process_table_and_a_private_tmpdir_per_job(slurm_testbed):
+    seen = host_probe(slurm_testbed, "-N3", "-n3")
+    assert sorted(seen) == slurm_testbed.node_names
+    for host, task in seen.items():
+        # One slurmd, one slurmstepd: its own; the machine's slurmctld and the other hosts' slurmd are not there.
+        assert task["processes"].count("slurmd") == 1 and "slurmctld" not in task["processes"], (host, task)
+        assert task["processes"].count("slurmstepd") == 1, (host, task)
+        assert task["tmpdir"].startswith("/tmp/scratch/") and task["tmpdir_mode"] == "0o700", task
+    (job_tmpdir,) = {task["tmpdir"] for task in seen.values()}
+    node = slurm_testbed.nodes[0]
+    # The epilog removes the job's TMPDIR from each host once the job has ended.
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while slurm_testbed.room.path(node, job_tmpdir).exists():
+        assert time.monotonic() < deadline, f"{job_tmpdir} left on {node.name}"
+        time.sleep(0.5)
+
+
+def test_a_host_powered_off_loses_every_process_at_once_and_powers_on_again(slurm_testbed):
+    node = slurm_testbed.nodes[2]
+    before = netns.processes_on(node)
+    assert before, "the host runs its slurmd"
+    netns.power_off(node)
+    try:
+        assert netns.processes_on(node) == []
+        assert not [pid for pid in before if netns.alive(pid)]
+    finally:
+        testbed.start_slurmd(slurm_testbed, node, detach=True)
+    deadline = time.monotonic() + 60
+    while slurm_testbed.node_states().get(node.name) != "idle":
+        assert time.monotonic() < deadline, slurm_testbed.node_states()
+        time.sleep(0.5)
+    assert node.name in host_probe(slurm_testbed, "-N1", f"--nodelist={node.name}")
+
+
+def test_a_host_cut_off_is_unreachable_while_its_processes_live_on(slurm_testbed):
+    node = slurm_testbed.nodes[1]
+    slurmd = [pid for pid in netns.processes_on(node) if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmd"]
+
+    def reaches_slurmd() -> bool:
+        with socket.socket() as client:
+            client.settimeout(2)
+            return client.connect_ex((node.ip, testbed.SLURMD_PORT)) == 0
+
+    assert reaches_slurmd()
+    netns.cut_off(node)
+    try:
+        assert not reaches_slurmd()
+        assert all(netns.alive(pid) for pid in slurmd) and slurmd
+    finally:
+        netns.cut_off(node, up=True)
+    assert reaches_slurmd()
+
+
+def test_a_hosts_memory_limit_is_what_mpiray_reads_and_what_the_kernel_enforces(slurm_testbed):
+    node = slurm_testbed.nodes[0]
+    if netns.memory_cgroup(node) is None:
+        pytest.skip("no cgroup v1 memory controller here: the testbed's hosts have no memory knob")
+    read = ("from mpiray.host.resources import _cgroup_memory_limit as limit; print(limit())")
+    grab = "b = bytearray(400 * 2**20); print('held')"
+    netns.limit_memory(node, 256 * 2**20)
+    try:
+        limit = slurm_testbed.run(["srun", "-N1", f"--nodelist={node.name}", f"--chdir={ROOT}", PYTHON, "-c", read],
+                                  timeout=STEP_TIMEOUT_S)
+        assert limit.stdout.strip() == str(256 * 2**20), limit.stdout + limit.stderr
+        over = slurm_testbed.run(["srun", "-N1", f"--nodelist={node.name}", PYTHON, "-c", grab],
+                                 timeout=STEP_TIMEOUT_S)
+        assert over.returncode != 0 and "held" not in over.stdout, over.stdout + over.stderr
+    finally:
+        netns.limit_memory(node, None)
+    fits = slurm_testbed.run(["srun", "-N1", f"--nodelist={node.name}", PYTHON, "-c", grab], timeout=STEP_TIMEOUT_S)
+    assert fits.stdout.strip() == "held", fits.stderr
+
+
+def test_a_hosts_dev_shm_and_clock_are_its_own(slurm_testbed):
+    first, second = slurm_testbed.nodes[:2]
+    probe = "import os, time; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize, time.time())"
+    netns.resize_shm(second, "64m")
+    testbed.set_clock(slurm_testbed, second, 3600)
+    try:
+        result = slurm_testbed.run(["srun", "-N2", "-n2", f"--nodelist={first.name},{second.name}", "--label",
+                                    PYTHON, "-c", probe], timeout=STEP_TIMEOUT_S)
+        now = time.time()
+    finally:
+        testbed.set_clock(slurm_testbed, second, None)
+        netns.resize_shm(second, "50%")
+    assert result.returncode == 0, result.stderr
+    seen = {line.split(": ")[0]: line.split(": ")[1].split() for line in result.stdout.splitlines()}
+    first_shm, first_time = int(seen["0"][0]), float(seen["0"][1])
+    second_shm, second_time = int(seen["1"][0]), float(seen["1"][1])
+    assert second_shm == 64 * 2**20 and first_shm > 1024 * 2**20, seen
+    assert abs(first_time - now) < 30 and abs(second_time - now - 3600) < 30, (seen, now)
+
+
+# Each task reads one file from the file server's mount and prints how long that took.
+READ_PROBE = textwrap.dedent("""
+    import sys, time
+    started = time.monotonic()
+    with open(sys.argv[1], "rb") as data:
+        while data.read(1 << 20):
+            pass
+    print(time.monotonic() - started, flush=True)
+""")
+
+
+def test_three_hosts_reading_one_file_from_the_file_server_share_its_link(slurm_testbed):
+    """/lustre is a real network mount (sshfs) behind one throttled link: three hosts reading a 64 MiB file at once
+    take at least 2.5x one host's time, as on a parallel file system that all a job's nodes read from."""
+    server = slurm_testbed.file_server
+    data = server.export / f"read-{os.getpid()}.bin"
+    data.write_bytes(os.urandom(64 * 2**20))
+    data_bits = 64 * 2**20 * 8
+    inside = server.mount_point / data.name
+    try:
+        mounts = slurm_testbed.run(["srun", "-N3", "sh", "-c", f"grep ' {server.mount_point} ' /proc/self/mounts"],
+                                   timeout=STEP_TIMEOUT_S)
+        assert mounts.stdout.count("fuse.sshfs") == 3, mounts.stdout + mounts.stderr
+        one = slurm_testbed.run(["srun", "-N1", PYTHON, "-c", READ_PROBE, str(inside)], timeout=STEP_TIMEOUT_S)
+        assert one.returncode == 0, one.stderr
+        three = slurm_testbed.run(["srun", "-N3", PYTHON, "-c", READ_PROBE, str(inside)], timeout=STEP_TIMEOUT_S)
+        assert three.returncode == 0, three.stderr
+    finally:
+        data.unlink()
+    alone, together = float(one.stdout), max(map(float, three.stdout.split()))
+    # The link, not the CPUs, sets the pace: one host alone reads at no more than the link's rate...
+    link_s = data_bits / (int(server.rate.removesuffix("mbit")) * 1e6)
+    assert alone >= 0.9 * link_s, f"one host read 64 MiB in {alone:.2f} s: faster than the link ({link_s:.2f} s)"
+    # ...and three at once share it.
+    assert together >= 2.5 * alone, f"one host {alone:.2f} s, three at once {together:.2f} s"
