@@ -78,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
     references = {runtime: image(runtime) for runtime in ("charliecloud", "podman")}
     bed = testbed.up()
-    with tempfile.TemporaryDirectory(prefix="mpiray-bench-container-", dir="/tmp") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mpiray-bench-container-", dir=testbed.SHARED_DIR) as tmp:
         scratch = Path(tmp)
         measures = {"bare": lambda: job(bed, scratch, None, None)}
         measures.update({runtime: (lambda runtime=runtime: job(bed, scratch, runtime, references[runtime]))

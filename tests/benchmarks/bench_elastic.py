@@ -101,7 +101,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = parser.parse_args()
     bed = testbed.up()
-    with tempfile.TemporaryDirectory(prefix="mpiray-bench-elastic-", dir="/tmp") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mpiray-bench-elastic-", dir=testbed.SHARED_DIR) as tmp:
         scratch = Path(tmp)
         (scratch / "demand.py").write_text(DEMAND)
         registry = scratch / "registry"

@@ -49,6 +49,7 @@ from harness import (
 )
 from launcher_costs import IDLE_DRIVER, RLLIB_DRIVER, idle_costs, rllib_throughput
 from launcher_timing import BASELINE_SLEEP_S, BY_HAND, HELLO_DRIVER, Where, by_hand, time_launch
+from slurm.testbed import SHARED_DIR
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {  # measure -> (comparison, bound); "le": value <= bound passes
@@ -350,7 +351,9 @@ def main(argv=None) -> int:
     become_subreaper()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    scratch = Path(tempfile.mkdtemp(prefix="mpiray-bench-"))
+    # Where the Slurm testbed's hosts see it too (their /tmp is each their own): its shared dir.
+    SHARED_DIR.mkdir(mode=0o700, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="mpiray-bench-", dir=SHARED_DIR))
     JOB_REGISTRY.append(scratch / "registry")
     before = descendant_pids()
     report = None

@@ -11,11 +11,11 @@ the report:
   `sleep 10`, then per worker `srun -w NODE ray start --address --block &` and `sleep 5`, then the driver in the
   batch step;
 - Ray's own `ray symmetric-run` (2.49+): `srun ray symmetric-run --address HEAD:PORT --min-nodes 3 -- python
-  driver.py` on every node. It ends with `ray stop`, which ends every Ray process of the user on each host (the
-  testbed's hosts share this machine's): run this benchmark alone. Each run waits until the test bed is idle
-  and no Ray process runs on the machine (the previous run's, or anyone's), at most 2 minutes, else it stops.
-All three use Ray's default temp dir, /tmp/ray, as their docs do; the test bed's hosts share /tmp, as the jobs
-of a shared node do.
+  driver.py` on every node. It ends with `ray stop`, which ends every Ray process of the user on its host.
+Each runs as its users run it on a cluster: every testbed host has its own process table and /tmp (so `ray stop`
+ends only its own host's Ray), and each job its node-local TMPDIR, in which Ray makes its default temp dir (its
+docs' /tmp/ray, where TMPDIR is unset). Each run waits until the test bed is idle and no Ray process runs on the
+machine (the previous run's, or anyone's: run this benchmark alone), at most 2 minutes, else it stops.
 Each in three cases: the driver ends with 0 (ok), with 3 (fails), or is still running when the job is cancelled
 (`scancel`, as at a user's Ctrl-C or an admin's); the repeats interleaved, so that a busy minute hits all alike.
 Measures, per run:
@@ -23,11 +23,14 @@ Measures, per run:
 - job s: sbatch to the job's end in Slurm's completion log (polled); nodes: the nodes the driver saw (3 asked);
 - end s: the driver's line (or the cancel) to the job's end; a job not ended END_DEADLINE_S after its driver's
   line (or JOB_TIMEOUT_S after sbatch) is killed, and counted as hung: no end s, and its exit code is the kill's,
-  not the driver's;
+  not the driver's. END_DEADLINE_S is well above Ray's own 60 s wait for a lost GCS (a worker whose head ended
+  gives up after it), so a peer that ends by itself is not scored as hung;
 - exit: the job's exit code as Slurm records it (of the jobs that ended themselves), and whether it is the driver's
   (3 when it failed); a hung job's report lists what of it still ran at the kill;
 - left: the job's processes still alive LEFT_WAIT_S after Slurm says it ended (the testbed's view: slurmstepds and
-  whatever carries the job's id).
+  whatever carries the job's id);
+- why, from the peer's own words: the last lines of the job's output (its `ray start`s' and srun's messages) of
+  every run that hung or lost the driver's exit code.
 Ratios: each peer's median ready s over mpiray's in the same run. The targets are stated below; the report
 computes the verdicts. Writes peers_report.md and .json to --out (default: beside this file).
 """
@@ -48,8 +51,11 @@ from slurm import testbed
 
 START_RAY = ROOT / "start_ray.py"
 RAY = Path(PYTHON).parent / "ray"
-JOB_TIMEOUT_S = 180.0  # submit to the end: a job still running then hangs (mpiray's and the docs' take ~25 s)
-END_DEADLINE_S = 60.0  # after the driver's line: a job still running then hangs (Slurm's KillWait is 10 s)
+JOB_TIMEOUT_S = 300.0  # submit to the end: a job still running then hangs (mpiray's and the docs' take ~25 s)
+# After the driver's line: a job still running then hangs. Ray's workers wait 60 s for a GCS that went away
+# (gcs_rpc_server_reconnect_timeout_s) and Slurm's KillWait is 10 s: 150 s leaves a peer that ends by itself time.
+END_DEADLINE_S = 150.0
+TAIL_LINES = 8  # of a failed run's job output, in the report
 LEFT_WAIT_S = 15.0  # after the job's end, what is still alive of it (Slurm's KillWait and a margin)
 PORT = 6379  # the Ray docs' script's and symmetric-run's default GCS port
 TARGETS = {"ready_ratio_docs": ("ge", 1.0), "ready_ratio_symmetric": ("ge", 1.0)}  # mpiray no slower than either
@@ -185,6 +191,8 @@ def one_run(bed: testbed.Testbed, name: str, case: str, script: Path, scratch: P
     kept = (not row["hung"] and result.exit_code == DRIVER_CODE[case]) if case in DRIVER_CODE else None
     row.update(state=result.state, exit=result.exit_code, job_s=round(ended_wall - submitted_wall, 2),
                driver_code_kept=kept)
+    if row["hung"] or kept is False:
+        row["output_tail"] = [line[:200] for line in text.splitlines()[-TAIL_LINES:]]
     if start and hello:
         started, seen = float(start[0][0]), float(hello[0][0])
         row.update(ready_s=round(seen - started, 2), nodes=int(hello[0][1]))
@@ -205,6 +213,7 @@ def summary(rows: list[dict]) -> dict[str, dict]:
             mine = [r for r in rows if r["peer"] == name and r["case"] == case and "skipped" not in r]
             ready = [r["ready_s"] for r in mine if "ready_s" in r]
             ends = [r["end_s"] for r in mine if "end_s" in r]
+            failed = [r for r in mine if "output_tail" in r]
             jobs = [r["job_s"] for r in mine if not r["hung"]]
             kept = [r["driver_code_kept"] for r in mine if r["driver_code_kept"] is not None]
             table[f"{name}/{case}"] = {
@@ -213,6 +222,8 @@ def summary(rows: list[dict]) -> dict[str, dict]:
                 "nodes_seen": sorted({r.get("nodes") for r in mine if "nodes" in r}),
                 "job_median_s": round(statistics.median(jobs), 2) if jobs else None,
                 "end_median_s": round(statistics.median(ends), 2) if ends else None,
+                "end_min_max_s": [min(ends), max(ends)] if ends else None,
+                "why": failed[0]["output_tail"] if failed else None,
                 "hung": sum(r["hung"] for r in mine), "left_max": max((r["left"] for r in mine), default=0),
                 "exit_codes": sorted({r["exit"] for r in mine if not r["hung"]}),
                 "alive_at_kill": sorted({c for r in mine for c in r.get("alive_at_kill", [])}),
@@ -232,18 +243,25 @@ def report(table: dict[str, dict], ratios: dict[str, float | None]) -> str:
     lines = ["# mpiray beside its peers, on the 3-host Slurm testbed", "",
              "Each a batch job of 3 nodes (`sbatch -N3 --ntasks-per-node=1 --cpus-per-task=2`), one Ray node per "
              "host, the same driver; the scripts are in bench_peers.py as submitted.", "",
-             "| peer / driver | runs | ready s median (min-max) | nodes seen | job s median | end s median | hung | "
-             "left | exit codes | driver's code kept |",
+             "| peer / driver | runs | ready s median (min-max) | nodes seen | job s median | end s median (min-max) | "
+             "hung | left | exit codes | driver's code kept |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in table.items():
         spread = "-" if row["ready_min_max_s"] is None else f"{row['ready_min_max_s'][0]}-{row['ready_min_max_s'][1]}"
+        ends = "-" if row["end_min_max_s"] is None else f"{row['end_min_max_s'][0]}-{row['end_min_max_s'][1]}"
         lines.append(f"| {name} | {row['runs']} | {row['ready_median_s']} ({spread}) | {row['nodes_seen']} | "
-                     f"{row['job_median_s']} | {row['end_median_s']} | {row['hung']} | {row['left_max']} | "
+                     f"{row['job_median_s']} | {row['end_median_s']} ({ends}) | {row['hung']} | {row['left_max']} | "
                      f"{row['exit_codes']} | {row['driver_code_kept']} |")
     hung = [(name, row["alive_at_kill"]) for name, row in table.items() if row["hung"]]
     if hung:
         lines += ["", "What still ran when a hung job was killed (the job's processes, by command):", ""]
         lines += [f"- {name}: " + "; ".join(f"`{c}`" for c in alive) for name, alive in hung]
+    why = [(name, row["why"]) for name, row in table.items() if row["why"]]
+    if why:
+        lines += ["", "Why, in the peer's own words: the last lines of the job's output, of its first run that hung or "
+                  "lost the driver's exit code:", ""]
+        for name, tail in why:
+            lines += [f"- {name}:", "", "  ```", *(f"  {line}" for line in tail), "  ```"]
     lines += ["", "| ratio (peer's ready s / mpiray's, same run) | value | target | verdict |", "|---|---|---|---|"]
     for key, value in ratios.items():
         how, bound = TARGETS[key]
@@ -262,10 +280,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-peers-"))
-    scratch.chmod(0o755)
     started_here = not testbed.is_up()
     bed = testbed.up()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=testbed.SHARED_DIR))  # the hosts' shared file system
+    scratch.chmod(0o755)
     rows = []
     try:
         scripts = write_scripts(scratch)
