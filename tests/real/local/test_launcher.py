@@ -174,7 +174,7 @@ def test_startup_timeout_names_the_rank_whose_node_never_came_up(tmp_path, pace)
     timeout = round(pace.deadline(3))
     run = launch(tmp_path, 3, args=["--startup-timeout", str(timeout)], tag="timeout",
                  env=fail_join(str(tmp_path / "hung"), "HANG_JOIN"))
-    assert run.returncode != 0
+    assert run.returncode == 1, run.stderr[-3000:]  # exit 1, as docs/options.md#exit-codes promises
     (found,) = causes(run.job_dir).items()
     assert found[0] == "startup_timeout" and len(found[1]) == 1, found
     (rank,) = found[1]
