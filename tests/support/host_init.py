@@ -1,9 +1,9 @@
-"""PID 1 of a testbed host (netns.Room): the first process of the host's own PID, mount and UTS namespaces.
+"""PID 1 of a testbed host (netns.Room): the first process of the host's own PID, mount, IPC and UTS namespaces.
 
     python host_init.py --name NAME --root DIR [--shared PATH ...] [--hide PATH] [--shm-size SIZE]
                         [--memory-cgroup DIR] [--first JSON_ARGV ...] -- COMMAND...
 
-Started by `unshare --pid --fork --mount-proc --mount --propagation slave --uts`, it makes the host what a node of a
+Started by `unshare --ipc --pid --fork --mount-proc --propagation slave --uts`, it makes the host what a node of a
 cluster is beside the others, then starts COMMAND (the host's slurmd or pbs_mom) and reaps every orphan until it
 ends:
 - its hostname, NAME;

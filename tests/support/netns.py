@@ -68,7 +68,9 @@ class Node:
         enter = ["nsenter", f"--net={self.netns_path}", "unshare", "--uts"]
         if room is None:
             return [*enter, "--", "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *argv]
-        return [*enter, "--pid", "--fork", "--mount-proc", "--propagation", "slave", "--",
+        # --ipc: System V shared memory of its own, as every host has: with the machine's, Debian's MPICH over UCX
+        # failed MPI_Init between hosts (a shmat of another host's segment: "Shared memory error").
+        return [*enter, "--ipc", "--pid", "--fork", "--mount-proc", "--propagation", "slave", "--",
                 sys.executable, str(HOST_INIT), "--name", self.name, *room.init_args(self), "--", *argv]
 
 
@@ -149,8 +151,10 @@ class FileServer:
         options = {"ListenAddress": self.node.ip, "Port": 22, "HostKey": self.keys / "host", "PidFile": "none",
                    "AuthorizedKeysFile": self.keys / "authorized_keys", "StrictModes": "no", "UsePAM": "no",
                    "PermitRootLogin": "prohibit-password", "Subsystem": "sftp internal-sftp"}
+        # Detached: its sessions (one per host's mount, made again when a host powers on) are no test's children.
         daemons.start(f"sshd-{self.node.name}", self.node.command(
-            ["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", *[f"-o{key} {value}" for key, value in options.items()]]))
+            ["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", *[f"-o{key} {value}" for key, value in options.items()]]),
+            detach=True)
         self.throttle(self.rate)
         deadline = time.monotonic() + COMMAND_TIMEOUT_S
         while not self.listening():  # the hosts mount it as they start

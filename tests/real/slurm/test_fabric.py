@@ -58,9 +58,11 @@ def test_nodes_advertise_and_talk_on_hsn0_only(slurm_testbed, jobs, tmp_path, ch
         gloo = [address for address in learner["gloo_local"] if not ip(address).is_loopback]  # its raylet's: local
         assert gloo and all(on_hsn(address) for address in gloo), learner["gloo_local"]
         # Every connection between hosts in the node's namespace (GCS, raylets, object managers, workers, gloo) is on
-        # hsn0; only the batch system's own (slurmstepd to the controller) stays on the management network.
+        # hsn0; only the batch system's own (slurmstepd to the controller) and the host's mount of the file server
+        # (sshfs's ssh) stay on the management network.
         between_hosts = [(local, peer, what) for local, peer, what in peers(learner["ss"])
-                         if not ip(peer).is_loopback and ip(peer) != ip(local) and '"slurm' not in what]
+                         if not ip(peer).is_loopback and ip(peer) != ip(local) and '"slurm' not in what
+                         and ip(peer) != ip(bed.file_server.node.ip)]
         ray_links += [what for _, _, what in between_hosts if '"raylet"' in what or '"gcs_server"' in what]
         off = [c for c in between_hosts if not (on_hsn(c[0]) and on_hsn(c[1]))]
         assert not off, off

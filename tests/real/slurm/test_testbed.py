@@ -309,13 +309,15 @@ def test_three_hosts_reading_one_file_from_the_file_server_share_its_link(slurm_
         mounts = slurm_testbed.run(["srun", "-N3", "sh", "-c", f"grep ' {server.mount_point} ' /proc/self/mounts"],
                                    timeout=STEP_TIMEOUT_S)
         assert mounts.stdout.count("fuse.sshfs") == 3, mounts.stdout + mounts.stderr
-        one = slurm_testbed.run(["srun", "-N1", PYTHON, "-c", READ_PROBE, str(inside)], timeout=STEP_TIMEOUT_S)
-        assert one.returncode == 0, one.stderr
+        # Alone twice, the faster counted: a first read of a host may wait on its mount's session, a busy CPU on ssh.
+        ones = [slurm_testbed.run(["srun", "-N1", PYTHON, "-c", READ_PROBE, str(inside)], timeout=STEP_TIMEOUT_S)
+                for _ in range(2)]
+        assert all(one.returncode == 0 for one in ones), [one.stderr for one in ones]
         three = slurm_testbed.run(["srun", "-N3", PYTHON, "-c", READ_PROBE, str(inside)], timeout=STEP_TIMEOUT_S)
         assert three.returncode == 0, three.stderr
     finally:
         data.unlink()
-    alone, together = float(one.stdout), max(map(float, three.stdout.split()))
+    alone, together = min(float(one.stdout) for one in ones), max(map(float, three.stdout.split()))
     # The link, not the CPUs, sets the pace: one host alone reads at no more than the link's rate...
     link_s = data_bits / (int(server.rate.removesuffix("mbit")) * 1e6)
     assert alone >= 0.9 * link_s, f"one host read 64 MiB in {alone:.2f} s: faster than the link ({link_s:.2f} s)"
