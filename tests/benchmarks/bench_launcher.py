@@ -29,6 +29,7 @@ processes that `ray start` daemonizes stay its descendants; it never uses `ray s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -367,6 +368,8 @@ def main(argv=None) -> int:
         stop_what_we_started(before)
         if report is not None and not report["errors"] and not args.keep_logs:
             shutil.rmtree(scratch, ignore_errors=True)
+            with contextlib.suppress(OSError):  # made here, or the testbed's: left where another has files in it
+                SHARED_DIR.rmdir()
         else:
             log(f"logs kept in {scratch}")
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ computes the verdicts. Writes peers_report.md and .json to --out (default: besid
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -293,6 +294,7 @@ def main() -> int:
                     rows.append(one_run(bed, name, case, script, scratch))
                     log(f"repeat {repeat + 1}: {rows[-1]}")
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the jobs' output and logs: the report keeps what it needs
         if started_here:
             testbed.down()
     table = summary(rows)

@@ -577,8 +577,9 @@ def down(state_dir: str | Path | None = None) -> None:
         terminate([munged])
     testbed.room.remove_cgroups(testbed.nodes)
     testbed.network.delete()
-    with contextlib.suppress(OSError):  # left where it is not empty (not ours) or is mounted
-        testbed.file_server.mount_point.rmdir()
+    for made in (testbed.file_server.mount_point, SHARED_DIR):
+        with contextlib.suppress(OSError):  # left where it is not empty (a user's files in it) or is mounted
+            made.rmdir()
     remove_state(testbed.state_dir, MARKER_FILE)
 
 
