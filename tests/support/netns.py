@@ -230,13 +230,18 @@ def host_init_pid(node: Node) -> int | None:
     return pid if pid is not None and pid != 1 else None
 
 
+def _running_init(node: Node) -> int:
+    """host_init_pid, for a knob that needs it: a host without a Room, or off, is an error."""
+    init = host_init_pid(node)
+    if init is None:
+        raise TestbedError(f"{node.name} has no namespaces of its own (no Room), or is off")
+    return init
+
+
 def power_off(node: Node) -> None:
     """Every process of the host ends at once, as at a power loss: SIGKILL to its PID 1, on which the kernel kills
     all the others of its PID namespace; returns once none is left. Its links stay up (a dead host answers no one)."""
-    init = host_init_pid(node)
-    if init is None:
-        raise TestbedError(f"{node.name} has no PID namespace of its own (no Room), or is off already")
-    os.kill(init, signal.SIGKILL)
+    os.kill(_running_init(node), signal.SIGKILL)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while processes_on(node):
         if time.monotonic() > deadline:
@@ -246,10 +251,7 @@ def power_off(node: Node) -> None:
 
 def on_host(node: Node, argv: list[str]) -> subprocess.CompletedProcess:
     """argv run on a host with a Room as root, from the machine: in all its namespaces (its files, /tmp, processes)."""
-    init = host_init_pid(node)
-    if init is None:
-        raise TestbedError(f"{node.name} has no namespaces of its own (no Room), or is off")
-    return run(["nsenter", f"--target={init}", "--mount", "--pid", "--net", "--uts", *argv])
+    return run(["nsenter", f"--target={_running_init(node)}", "--mount", "--pid", "--ipc", "--net", "--uts", *argv])
 
 
 def resize_shm(node: Node, size: str) -> None:
