@@ -44,6 +44,7 @@ class Config:
     bad_nodes: str = "exclude"  # a worker host the pre-flight refuses: "exclude" it, or "refuse" the job (exit 2)
     min_nodes: int = 0  # --bad-nodes exclude: the fewest Ray nodes the job starts with; 0: 2 (all of a smaller job)
     spares: int = 0  # healthy worker hosts kept out of the cluster at start, each started when a node is lost
+    gcs_restarts: int = 3  # times the head's GCS is started again where it dies (raynode/gcsrestart.py)
     slow_link: float = 0.25  # the link check refuses a host below this fraction of the median host's (0: no check)
     dry_run: bool = False  # the whole protocol, but no Ray: print the planned cluster
     progress: str = "auto"  # rank 0's live start-up line: "auto" (on a terminal), "on" or "off"

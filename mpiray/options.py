@@ -27,10 +27,11 @@ from mpiray.raynode import private
 # MPIRAY_* names that are no option's MPIRAY_<OPTION>, so that a misspelled setting can be told from
 # these: the driver command (DRIVER); set for the driver (messages.Cluster.driver_env: NUM_NODES, RESTART,
 # TOTAL_CPUS, TOTAL_GPUS, HEAD_IP; JOB_ID, LOG_DIR and STOP_GRACE are options' names too); the
-# jobs/ scripts (SITE_MPI, TORCH, DIR). The test harness's variables are MPIRAYTEST_*, outside this check.
+# jobs/ scripts (SITE_MPI, TORCH, DIR); a head node's GCS restarts (NODE_GCS_RESTARTS, raynode/gcsrestart.py).
+# The test harness's variables are MPIRAYTEST_*, outside this check.
 OTHER_VARIABLES = (
     "MPIRAY_DRIVER", "MPIRAY_NUM_NODES", "MPIRAY_TOTAL_CPUS", "MPIRAY_TOTAL_GPUS", "MPIRAY_HEAD_IP", "MPIRAY_RESTART",
-    "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR",
+    "MPIRAY_SITE_MPI", "MPIRAY_TORCH", "MPIRAY_DIR", "MPIRAY_NODE_GCS_RESTARTS",
 )
 
 
@@ -190,6 +191,10 @@ OPTIONS = (
     Option("spares", 0, "healthy worker hosts kept out of the cluster at start (after the pre-flight's exclusions), "
            "so that it has a known size: when a worker's Ray node is lost while its rank lives, a spare host starts "
            "its nodes and joins; at most the job's hosts but one", values.count),
+    Option("gcs_restarts", 3, "the head's GCS, where it dies, is started again on the same port and session this many "
+           "times, its tables kept on the head's node-local disk (Ray's RocksDB store, Ray 2.60 and later): the "
+           "nodes, actors and driver carry on; 0: a GCS that dies ends the job (exit 1), as on an older Ray",
+           values.count),
     Option("slow_link", 0.25, "the pre-flight's link check (jobs of 3 hosts or more; TCP between the hosts' first "
            "ranks on their Ray addresses, ~1 s): a host whose link sends or receives below this fraction of the "
            "median host's is refused (--bad-nodes); 0: no check", values.fraction),

@@ -168,6 +168,9 @@ KINDS = event_kinds(
                             "in {seconds:g} s (--walltime-margin)"),
     walltime_near=(ERROR, "the batch job's walltime ends in {margin:g} s: SIGTERM to the driver, then SIGKILL after "
                           "{grace:g} s, before the batch system kills the job"),  # + ends_at, cause
+    gcs_lost=(WARNING, "the head's GCS died (code {code}, pid {pid}): {restarts_left} restart(s) left "
+                       "(--gcs-restarts)"),
+    gcs_back=(INFO, "the head's GCS answers again: restart {restart} (pid {pid})"),  # + of, seconds (or answered)
     head_lost=(ERROR, "the head's Ray node exited (code {code}, see {output}): stopping the driver"),
     script_stuck=(ERROR, "the script did not end within {grace:g} s of being told to: ending this process "
                          "without it"),

@@ -103,6 +103,10 @@ class OwnNode(Protocol):
     def ended(self) -> dict[str, Any] | None:
         """Once its `ray start` exited: its code and where its output is (an event's fields); else None."""
 
+    def gcs_restarts(self) -> list[tuple[str, dict[str, Any]]]:
+        """What its starter said since the last call of its GCS dying and coming back (a head's: gcs_lost, gcs_back
+        events' names and fields); [] where nothing was said."""
+
     def stops_last(self) -> bool:
         """On a normal end: its Ray does not drain a node it stops, so the head's must stop after the others."""
 

@@ -166,7 +166,10 @@ class Head(RankZero):
         return None if ended is None else Lost("head_lost", {**ended, "cause": "head_lost"}, HEAD_LOST_EXIT)
 
     def tick(self) -> None:
-        """While the leader runs: the registry's heartbeat."""
+        """While the leader runs: the GCS's deaths and restarts its node's starter said (raynode/gcsrestart.py),
+        logged; the registry's heartbeat."""
+        for event, fields in self.me.own_node.gcs_restarts():
+            self.me.log.event(event, **fields)
         if self.published is not None and time.monotonic() - self.beat > self.published.heartbeat_s:
             self.beat = time.monotonic()
             self.published.beat()

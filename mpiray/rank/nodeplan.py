@@ -14,9 +14,10 @@ from mpiray.config import Config
 from mpiray.host import gpus, portblocks, sites
 from mpiray.host.resources import HostView, Share
 from mpiray.rank.messages import Session
-from mpiray.raynode import commands, labels, spill
+from mpiray.raynode import commands, gcsrestart, labels, spill
 from mpiray.raynode import container as containers
 
+GCS_STORE = "gcs-store"  # in the head rank's private dir: the GCS's RocksDB tables (gcsrestart.py)
 RESULTS_DIR = "results"  # beside the log root: the default trainer's storage path (train/storage.py)
 # seconds between Ray's autoscaler updates (the provider asks the scheduler at most every --scheduler-poll)
 AUTOSCALER_UPDATE_S = 1
@@ -71,11 +72,13 @@ def plan(config: Config, session: Session, where: Where, share: Share, *, ports:
 
 
 def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mapping[str, str], token_path: str | None,
-             private_tmp: str, interface: str | None, gpu_variables: Mapping[str, str | None]) -> dict[str, str]:
+             private_tmp: str, interface: str | None, gpu_variables: Mapping[str, str | None],
+             gcs_restarts: int = 0) -> dict[str, str]:
     """The environment of a node's `ray start`, from base (the rank's, as helpers get it): its GPUs (gpu_variables:
     the vendor's, as the installed Ray reads them), token and private temp dir; the site's and the collectives'
     network variables for interface (the one holding its address; a value already set wins); the join retries
-    and the autoscaler's timing."""
+    and the autoscaler's timing; on the head with gcs_restarts, the GCS's tables in RocksDB in the private dir
+    (node-local, one writer) and the restarts its starter makes (raynode/gcsrestart.py)."""
     env = commands.node_env(
         dict(base), spec.share.gpu_ids, token_path,
         dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
@@ -89,6 +92,9 @@ def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mappi
     # A joining `ray start` gives up after this many ~1-2 s retries (default 20): let it wait as long
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
+    env[gcsrestart.VARIABLE] = str(gcs_restarts if head else 0)  # never one inherited
+    if head and gcs_restarts:
+        env.update({"RAY_gcs_storage": "rocksdb", "RAY_gcs_storage_path": str(Path(private_tmp) / GCS_STORE)})
     if spec.ray_labels:
         env[labels.OVERRIDE_VARIABLE] = labels.override_env(spec.ray_labels, env.get(labels.OVERRIDE_VARIABLE))
     if spec.autoscaling_config:  # its monitor imports mpiray's node provider, and serves metrics in the block
@@ -97,6 +103,19 @@ def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mappi
         # more than the whole by-hand sbatch-to-ALIVE path on an idle queue (tests/benchmarks/bench_elastic.py).
         env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", str(AUTOSCALER_UPDATE_S))
     return env
+
+
+def gcs_restarts(wanted: int, image_ray: str | None, store_here: bool) -> tuple[int, str]:
+    """The head's GCS restarts, and the pre-flight's words for them: as wanted (--gcs-restarts) where the Ray that
+    runs the head (image_ray: the image's version, in a container; else store_here, raycompat.gcs_store() of this
+    host's) keeps the GCS's tables on disk (Ray 2.60 and later), else 0."""
+    if wanted == 0:
+        return 0, "gcs restarts off (--gcs-restarts 0): a GCS that dies ends the job"
+    numbers = tuple(int(part) for part in (image_ray or "").split(".")[:2] if part.isdigit())
+    if not (numbers >= (2, 60) if image_ray is not None else store_here):
+        return 0, (f"gcs restarts off: Ray {image_ray or 'here'} keeps no GCS store (2.60 and later do): a GCS that "
+                   f"dies ends the job")
+    return wanted, f"gcs restarts {wanted}: its tables in RocksDB on the head's node-local disk"
 
 
 def image_binds(private: Path, spill_dir: Path | None, job_dir: Path, code: Mapping[str, Path]) -> list[containers.Bind]:

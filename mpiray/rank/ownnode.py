@@ -109,7 +109,9 @@ class RealNode:
         env = nodeplan.node_env(config, spec, head=head, base=package.helper_env(dict(os.environ)),
                                 token_path=str(node.token_path) if node.token_path else None,
                                 private_tmp=str(node.private.path), interface=network.interface_holding(spec.node_ip),
-                                gpu_variables=nodestart.node_gpu_variables(spec.share))
+                                gpu_variables=nodestart.node_gpu_variables(spec.share),
+                                gcs_restarts=nodeplan.gcs_restarts(config.gcs_restarts, image.ray if image else None,
+                                                                raycompat.gcs_store())[0] if head else 0)
         box, container = containers.of(config), None
         if box is not None:  # `ray start` inside the image, its dirs and mpiray's code at hand; env is complete
             name = containers.container_name(session.job_id, self.context.rank)
@@ -162,6 +164,10 @@ class RealNode:
         if node is None or not node.exited():
             return None
         return {"code": node.exit_code(), "output": str(node.output_path)}
+
+    def gcs_restarts(self) -> list[tuple[str, dict[str, Any]]]:
+        said = self.node.output.gcs if self.node is not None and self.node.output is not None else None
+        return [said.popleft() for _ in range(len(said))] if said else []
 
     def stops_last(self) -> bool:
         node = self.node

@@ -79,6 +79,9 @@ class PlannedNode:
     def ended(self) -> dict[str, Any] | None:
         return None  # nothing runs, so nothing ends
 
+    def gcs_restarts(self) -> list[tuple[str, dict[str, Any]]]:
+        return []
+
     def stops_last(self) -> bool:
         return False
 

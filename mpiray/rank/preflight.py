@@ -20,6 +20,7 @@ from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, ImageFailed, TooFewNodes, VersionSkew
 from mpiray.host import portblocks, preflight, sites
 from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
+from mpiray.rank import nodeplan
 from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import Rank
 from mpiray.rank.timings import STARTUP_POLL
@@ -185,6 +186,12 @@ class Judged(NamedTuple):
     nodes: int
 
 
+def gcs_line(me: Rank) -> str:
+    """The pre-flight's words on the head's GCS restarts (nodeplan.gcs_restarts): the Ray that runs the head decides."""
+    image = image_facts(me) if me.config.container else None
+    return nodeplan.gcs_restarts(me.config.gcs_restarts, image.ray if image else None, raycompat.gcs_store())[1]
+
+
 def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | None = None) -> Judged:
     """rank 0: the pre-flight's table and findings, printed and logged; LaunchError (exit 2) for a refusal.
     --bad-nodes exclude: refused hosts other than rank 0's are left out instead (their ranks idle: worker.py),
@@ -220,6 +227,9 @@ def judge(me: Rank, hellos: dict[int, Hello], added: dict[str, list[Finding]] | 
     if site is not None:  # what --site set (host/sites.py), beside what the ranks run
         applied = site.applied(me.config)
         lines.append(f"site {site.name} ({site.title}): " + ", ".join(f"{k} {v}" for k, v in applied.items() if k != "site"))
+        print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
+    if me.own_node.runs_ray and not me.config.join:  # its head's GCS: started again where it dies, or not
+        lines.append(gcs_line(me))
         print(f"mpiray: pre-flight: {lines[-1]}", flush=True)
     me.log.event("preflight", groups=rows, summary=" / ".join(lines))
     for host, finding in findings:

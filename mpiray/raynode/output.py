@@ -17,6 +17,8 @@ RAY_STARTUP_TIMEOUT = b"timed out during startup"  # ray/_private/node.py: a ray
 RAY_STARTED = b"Ray runtime started."  # `ray start` prints it when done starting, ~0.3-0.9 s after ALIVE
 ALIVE = b"mpiray-node-alive "  # starter.py: "ALIVE {the node's GCS record as JSON}", one write
 WATCH_FAILED = b"mpiray-watch-failed "  # starter.py: its GCS watch ended without seeing the node
+GCS_LOST = b"mpiray-gcs-lost "  # gcsrestart.py, on the head: its gcs_server died ({json})
+GCS_BACK = b"mpiray-gcs-back "  # gcsrestart.py: the one started again answers ({json})
 COMPAT = b"mpiray-compat "  # starter.py: "KEY note": what this Ray lacks (a raycompat key) and what mpiray does instead
 
 
@@ -37,6 +39,7 @@ class NodeOutput:
         self.watch_failed: str | None = None  # why starter.py stopped watching, if it did
         self.startup_timed_out = False  # Ray gave up waiting for this node to register (GCS overloaded?)
         self.compat: dict[str, str] = {}  # starter.py's notes on what this Ray lacks, by raycompat key
+        self.gcs: collections.deque[tuple[str, dict]] = collections.deque()  # ("gcs_lost"|"gcs_back", fields), unread
         self.closed = threading.Event()  # end of the pipe: every writer is gone
         self.last_lines: collections.deque[str] = collections.deque(maxlen=5)  # for error messages
 
@@ -53,6 +56,9 @@ class NodeOutput:
             if COMPAT in line:
                 key, _, note = line[line.index(COMPAT) + len(COMPAT):].decode(errors="replace").partition(" ")
                 self.compat[key] = note
+            for marker, event in ((GCS_LOST, "gcs_lost"), (GCS_BACK, "gcs_back")):
+                if marker in line:
+                    self.gcs.append((event, json.loads(line[line.index(marker) + len(marker):])))
             if WATCH_FAILED in line and self.watch_failed is None:
                 self.watch_failed = line[line.index(WATCH_FAILED) + len(WATCH_FAILED):].decode(errors="replace")
         return lines

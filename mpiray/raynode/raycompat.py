@@ -8,6 +8,7 @@ mpiray does, a note says so once (take_notes(): starter.py prints them, the rank
 - 2.52-2.54: the GCS's node records have no temp_dir; a node is found by its (unique) name alone.
 - 2.52-2.53: the GCS client cannot ask for one node by name; the whole table is asked for and filtered here.
 - 2.52-2.53: Ray's log monitor takes no node address (it finds the node's address itself).
+- 2.52-2.59: no RocksDB store for the GCS's tables (gcs_store): a GCS that dies ends the job.
 - 2.52-2.56: `ray start` does not drain its node on SIGTERM, and a worker's raylet stopped after the
   head waits for the gone GCS (SIGKILL 5 s later): rank 0 then stops the head after the workers.
 """
@@ -98,6 +99,21 @@ def dashboard_checks_token(source: str | None = None) -> bool:
         except (AttributeError, OSError, TypeError):
             return False
     return "get_token_auth_middleware" in source
+
+
+@functools.cache
+def gcs_store(source: str | None = None) -> bool:
+    """Whether the installed Ray can keep the GCS's tables in RocksDB (RAY_gcs_storage=rocksdb: Ray 2.60), so that
+    a GCS started again finds them (raynode/gcsrestart.py). Read from Ray's files, not its version.
+
+    source: the text of ray/_private/node.py (read from the installed Ray)."""
+    if source is None:
+        spec = importlib.util.find_spec("ray")  # does not import Ray
+        try:
+            source = Path(spec.origin).parent.joinpath("_private", "node.py").read_text()  # type: ignore[union-attr, arg-type]
+        except (AttributeError, OSError, TypeError):
+            return False
+    return "def _is_rocksdb_gcs" in source
 
 
 @functools.cache

@@ -21,7 +21,8 @@
    node's task output to drivers) once the node is ALIVE, as `ray start` would have at once: its
    ~0.7 s of Python imports then no longer compete with the node's own start. It reads the log
    files from their beginning, so no output is lost.
-5. What an older Ray lacks (raycompat) it works around, and says so once in `mpiray-compat ...` lines,
+5. On the head, with MPIRAY_NODE_GCS_RESTARTS above 0, a `gcs_server` that dies is started again (gcsrestart.py).
+6. What an older Ray lacks (raycompat) it works around, and says so once in `mpiray-compat ...` lines,
    which the rank copies into its log: e.g. before 2.55 a worker's --temp-dir is ignored, so this
    process answers Ray's lookup of the head's temp dir with the rank's own.
 
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from mpiray.deadline import Deadline
 from mpiray.errors import QueryHung
-from mpiray.raynode import raycompat
+from mpiray.raynode import gcsrestart, raycompat
 from mpiray.raynode.gcs import Gcs
 from mpiray.raynode.output import ALIVE, COMPAT, WATCH_FAILED
 
@@ -202,5 +203,7 @@ if __name__ == "__main__":
         say_compat_notes()
     if args[:1] == ["start"] and name and temp_dir:
         threading.Thread(target=watch_then_log, args=(address, args, name, temp_dir), daemon=True).start()
+    if args[:1] == ["start"] and "--head" in args and int(os.environ.get(gcsrestart.VARIABLE, "0")) > 0:
+        gcsrestart.Keeper(int(os.environ[gcsrestart.VARIABLE]), address, say).install()
     sys.argv = ["ray", *args]
     sys.exit(main())

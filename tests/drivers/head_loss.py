@@ -18,7 +18,7 @@ import psutil
 if sys.argv[1] == "init":
     import mpiray
 
-    address = mpiray.init(log_dir=sys.argv[2]).gcs_address
+    address = mpiray.init(log_dir=sys.argv[2], gcs_restarts=0).gcs_address  # a GCS that dies is the head lost
 else:
     address = os.environ["RAY_ADDRESS"]
 

@@ -18,11 +18,14 @@ from helpers import BIN, PYTHON, ROOT, START_RAY, exit_codes
 DRIVER = ROOT / "tests" / "drivers" / "head_loss.py"
 RANKS = 3
 # The shapes users run it in: their script on mpiray.init() under plain python and under `python -m mpiray`, and a
-# command line's driver that does the same. Each takes the log dir.
+# command line's driver that does the same. Each takes the log dir. The GCS is not started again (gcs_restarts=0 in
+# the script's init(), --gcs-restarts 0 here): its death is then the head's loss, as where Ray keeps no GCS store
+# (2.52) or the restarts are spent.
 SHAPES = {
     "script": lambda logs: [PYTHON, str(DRIVER), "init", str(logs)],
     "python -m mpiray": lambda logs: [PYTHON, "-m", "mpiray", str(DRIVER), "init", str(logs)],
-    "command line": lambda logs: [PYTHON, str(START_RAY), "--log-dir", str(logs), "--", PYTHON, str(DRIVER), "driver"],
+    "command line": lambda logs: [PYTHON, str(START_RAY), "--log-dir", str(logs), "--gcs-restarts", "0", "--",
+                                       PYTHON, str(DRIVER), "driver"],
 }
 
 

@@ -89,6 +89,8 @@ def test_environment_supplies_defaults_and_flags_win():
     (["--interface", ""], "empty interface name"),
     (["--ray-node-per", "socket"], "invalid choice"),
     (["--port"], "expected one argument"),
+    (["--gcs-restarts", "-1"], "must be >= 0"),
+    (["--gcs-restarts", "x"], "not a number: 'x'"),
 ])
 def test_bad_options_exit_2_naming_the_option(argv, expected):
     with pytest.raises(ConfigError) as error:

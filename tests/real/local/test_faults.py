@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -73,12 +74,51 @@ def test_worker_rank_killed_during_startup(tmp_path):
     assert len(dirs) == 2 and not [d for d in dirs if os.path.exists(d)]
 
 
-def test_head_gcs_killed_while_the_driver_runs(tmp_path):
-    proc, job_dir = start(tmp_path, 2, driver=[*PROBE, "--sleep", "600"])
+def head_gcs_pid(job_dir: Path) -> int:
+    (gcs,) = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
+    return gcs
+
+
+def test_the_heads_gcs_killed_comes_back_and_the_drivers_actors_tasks_and_nodes_carry_on(tmp_path):
+    """The default (--gcs-restarts 3, Ray 2.60's RocksDB store): SIGKILL of the head's gcs_server mid-run, with the
+    dashboard on. The GCS answers again within seconds; the driver's actors on every node answer from the same
+    PIDs, a detached one too, a new task runs on every node and a new actor starts; the job ends 0, nothing left."""
+    go = tmp_path / "go"
+    proc, job_dir = start(tmp_path, 3, args=["--dashboard"],
+                          driver=[sys.executable, str(ROOT / "tests/drivers/gcs_restart.py"), str(go)])
+    before, back, gcs, read = None, None, 0, []
+    try:
+        for line in proc.stdout:
+            read.append(line)
+            if line.startswith("BEFORE "):
+                before = json.loads(line[len("BEFORE "):])
+                break
+        if before is not None:
+            gcs = head_gcs_pid(job_dir)
+            os.kill(gcs, signal.SIGKILL)
+            (back,) = wait_for_events(job_dir / "rank-0000.jsonl", "gcs_back", timeout=60)
+            go.touch()
+    finally:
+        run = finish(proc, job_dir, timeout=120)
+    assert before is not None and run.returncode == 0, run.stderr[-3000:]
+    assert "mpiray: pre-flight: gcs restarts 3: its tables in RocksDB on the head's node-local disk\n" in read
+    (lost,) = [r for r in run.events(0) if r["event"] == "gcs_lost"]
+    assert lost["fields"]["pid"] == gcs and lost["fields"]["restarts_left"] == 3
+    assert back["restart"] == 1 and back["pid"] != gcs and back["seconds"] < 30
+    after = json.loads(run.stdout[run.stdout.index("AFTER ") + len("AFTER "):].splitlines()[0])
+    assert after["actors"] == before["actors"] and len(after["actors"]) == 3  # the same processes, on every node
+    assert after["detached"] == before["detached"]
+    assert after["tasks"] == after["nodes"] == sorted(before["actors"]) and after["new_actor"]["pid"]
+    assert "head_lost" not in {r["event"] for r in run.events(0)}
+    assert exit_codes(job_dir, 3) == [0, 0, 0]
+    assert_nothing_left(run, wait=10)
+    assert not psutil.pid_exists(back["pid"])  # the GCS started again is stopped with its node
+
+
+def test_head_gcs_killed_while_the_driver_runs_without_restarts_ends_the_job(tmp_path):
+    proc, job_dir = start(tmp_path, 2, args=["--gcs-restarts", "0"], driver=[*PROBE, "--sleep", "600"])
     wait_for_events(job_dir / "rank-0000.jsonl", "driver_started")[-1]
-    gcs = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
-    assert len(gcs) == 1
-    os.kill(gcs[0], signal.SIGKILL)
+    os.kill(head_gcs_pid(job_dir), signal.SIGKILL)
     killed_at = time.monotonic()
     run = finish(proc, job_dir, timeout=90)
     assert run.returncode == 1
@@ -87,6 +127,7 @@ def test_head_gcs_killed_while_the_driver_runs(tmp_path):
     assert "rank-0000.ray.log" in run.stderr  # said where to look, at once
     assert causes(run.job_dir) == {"head_lost": [0]}
     assert exit_codes(job_dir, 2) == [1, 1]
+    assert "mpiray: pre-flight: gcs restarts off (--gcs-restarts 0)" in run.stdout
     assert_nothing_left(run, wait=10)
 
 

@@ -46,10 +46,10 @@ def run_script(tmp_path: Path, mode: str, ranks: int = 2, timeout: float = 180,
     return result, job_dir
 
 
-def start_script(tmp_path: Path, mode: str, *extra: str, ranks: int = 2) -> subprocess.Popen:
+def start_script(tmp_path: Path, mode: str, *extra: str, ranks: int = 2, env=None) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "mpirun"), "-np", str(ranks), sys.executable, str(SCRIPT), mode,
                              str(tmp_path / "logs"), *extra], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
 def read_until(proc: subprocess.Popen, prefix: str) -> None:
@@ -171,8 +171,10 @@ def test_a_script_that_cannot_end_when_told_is_ended_without_it(tmp_path):
 
 def lose_the_head(tmp_path: Path, mode: str, line: str, *extra: str, then=lambda: None):
     """Start the script in MODE, wait for LINE, SIGKILL the head's GCS, call then(), wait for the end:
-    (stdout, stderr, the job dir, seconds from the kill to the end, the exit code)."""
-    proc = start_script(tmp_path, mode, *extra)
+    (stdout, stderr, the job dir, seconds from the kill to the end, the exit code). The GCS is not started again
+    (MPIRAY_GCS_RESTARTS=0): its death is then the head's loss, as where Ray keeps no GCS store or the restarts
+    are spent."""
+    proc = start_script(tmp_path, mode, *extra, env={"MPIRAY_GCS_RESTARTS": "0"})
     try:
         read_until(proc, line)
         job_dir = job_dir_of(tmp_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mpiray.config import Config
 from mpiray.host import gpus
 from mpiray.host.portblocks import node_ports
@@ -93,6 +95,30 @@ def test_an_autoscaling_head_looks_at_the_demand_every_second():
                             gpu_variables={})
     assert env["AUTOSCALER_UPDATE_INTERVAL_S"] == str(nodeplan.AUTOSCALER_UPDATE_S)
     assert int(env["AUTOSCALER_METRIC_PORT"]) in range(PORTS.min_worker, PORTS.max_worker + 1)
+
+
+def test_the_heads_gcs_keeps_its_tables_in_its_private_dir_and_no_worker_restarts_one():
+    head = nodeplan.node_env(Config(), planned(head=True).spec, head=True, base={"MPIRAY_NODE_GCS_RESTARTS": "9"},
+                             token_path=None, private_tmp="/p", interface=None, gpu_variables={}, gcs_restarts=3)
+    assert (head["RAY_gcs_storage"], head["RAY_gcs_storage_path"]) == ("rocksdb", "/p/gcs-store")
+    assert head["MPIRAY_NODE_GCS_RESTARTS"] == "3"
+    for env in (nodeplan.node_env(Config(), planned().spec, head=False, base={"MPIRAY_NODE_GCS_RESTARTS": "9"},
+                                  token_path=None, private_tmp="/p", interface=None, gpu_variables={}, gcs_restarts=3),
+                nodeplan.node_env(Config(), planned(head=True).spec, head=True, base={"MPIRAY_NODE_GCS_RESTARTS": "9"},
+                                  token_path=None, private_tmp="/p", interface=None, gpu_variables={}, gcs_restarts=0)):
+        assert env["MPIRAY_NODE_GCS_RESTARTS"] == "0" and "RAY_gcs_storage" not in env  # never an inherited count
+
+
+@pytest.mark.parametrize("wanted, image_ray, store_here, restarts, words", [
+    (3, None, True, 3, "gcs restarts 3: its tables in RocksDB on the head's node-local disk"),
+    (3, None, False, 0, "gcs restarts off: Ray here keeps no GCS store (2.60 and later do)"),
+    (0, None, True, 0, "gcs restarts off (--gcs-restarts 0)"),
+    (2, "2.60.0", False, 2, "gcs restarts 2"),  # the image's Ray decides, not the host's
+    (2, "2.52.0", True, 0, "gcs restarts off: Ray 2.52.0 keeps no GCS store"),
+])
+def test_the_gcs_restarts_where_the_heads_ray_keeps_its_tables(wanted, image_ray, store_here, restarts, words):
+    got, said = nodeplan.gcs_restarts(wanted, image_ray, store_here)
+    assert got == restarts and said.startswith(words), said
 
 
 def test_a_container_binds_the_private_dir_logs_results_spill_dir_and_code_read_only():

@@ -32,6 +32,14 @@ def test_node_output_reports_a_failed_watch(tmp_path):
     assert output.alive is None
 
 
+def test_the_heads_gcs_lost_and_back_are_kept_in_order_for_the_rank_to_log(tmp_path):
+    output = NodeOutput(tmp_path / "rank-0000.ray.log")
+    output.feed(b'Ray: half a line mpiray-gcs-lost {"code": -9, "restarts_left": 3, "pid": 10}\n')
+    output.feed(b'mpiray-gcs-back {"pid": 11, "restart": 1, "of": 3, "seconds": 0.4}\n')
+    assert list(output.gcs) == [("gcs_lost", {"code": -9, "restarts_left": 3, "pid": 10}),
+                                ("gcs_back", {"pid": 11, "restart": 1, "of": 3, "seconds": 0.4})]
+
+
 def test_the_pipe_is_copied_to_the_file_and_its_last_lines_kept(tmp_path):
     path = tmp_path / "rank-0003.ray.log"
     path.write_bytes(b"an earlier run's line\n")  # a re-used job id: appended to, never read back

@@ -140,6 +140,12 @@ def test_the_installed_rays_capabilities_are_found_as_its_release_notes_say():
     assert ("node_selectors" in InnerGcsClient.get_all_node_info.__doc__) == (version >= (2, 54))
     raycompat.check_stop_order()
     assert (raycompat.DRAIN_ON_STOP in dict(raycompat.take_notes())) == (version < (2, 57))
+    assert raycompat.gcs_store() == (version >= (2, 60))
+
+
+def test_the_gcs_keeps_its_tables_where_rays_node_knows_the_rocksdb_store():
+    assert raycompat.gcs_store("    def _is_rocksdb_gcs(self):\n        return ...")
+    assert not raycompat.gcs_store("    def _get_gcs_address(self):\n")
 
 
 def test_the_rank_reads_the_notes_by_key_from_the_nodes_output(tmp_path):
