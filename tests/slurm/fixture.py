@@ -125,9 +125,9 @@ def finish(proc: subprocess.Popen, timeout: float) -> int:
             proc.wait(timeout=30)
 
 
-def raylet_of(bed, job_dir: Path, rank: int) -> psutil.Process:
-    """The raylet of a rank's Ray node, by the machine's PID: the rank logs its host's PIDs (node_pids), and each
-    testbed host numbers its processes itself."""
+def raylet_of(bed, job_dir: Path, rank: int, name: str = "raylet") -> psutil.Process:
+    """The raylet (or another process by name: the head's gcs_server) of a rank's Ray node, by the machine's PID:
+    the rank logs its host's PIDs (node_pids), and each testbed host numbers its processes itself."""
     for record in read_events(job_dir / f"rank-{rank:04d}.jsonl"):
         if record["event"] != "node_pids":
             continue
@@ -136,8 +136,8 @@ def raylet_of(bed, job_dir: Path, rank: int) -> psutil.Process:
         for pid in record["fields"]["pids"]:
             try:
                 process = psutil.Process(on_host[pid])
-                if process.name() == "raylet":
+                if process.name() == name:
                     return process
             except (KeyError, psutil.Error):
                 continue
-    pytest.fail(f"no raylet among the processes rank {rank} logged in {job_dir}")
+    pytest.fail(f"no {name} among the processes rank {rank} logged in {job_dir}")

@@ -90,9 +90,10 @@ def test_a_requeued_training_job_continues_from_its_last_checkpoint(slurm_testbe
 
 
 @pytest.mark.train
-def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, tmp_path, capsys, request):
-    """The raylet of node 2 is SIGKILLed mid-training, then node 3's: the algorithm runs on the head,
-    so only env runners are lost, and the run reaches its 9 iterations with exit 0.
+def test_training_survives_its_heads_gcs_and_each_worker_node_lost_in_turn(slurm_testbed, jobs, tmp_path, capsys, request):
+    """The head's gcs_server is SIGKILLed after iteration 2 (started again: --gcs-restarts' default), the raylet of
+    node 2 after iteration 3, then node 3's: the algorithm runs on the head, so only env runners are lost, and the
+    run reaches its 9 iterations with exit 0.
 
     --no-metrics: with Ray's metrics on, the head's metrics agent and GCS take both of this
     machine's cores once nodes are lost, and iterations slow from ~6 s to 40-60 s (measured).
@@ -108,6 +109,9 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
                                 start_new_session=True)
     try:
         killed = {}
+        wait_for_text(log_dir, "*/driver.log", re.compile(r" iter 2 \|"))
+        (job_dir,) = log_dir.iterdir()
+        raylet_of(bed, job_dir, 0, name="gcs_server").send_signal(signal.SIGKILL)
         for rank, after in ((1, 3), (2, 6)):
             wait_for_text(log_dir, "*/driver.log", re.compile(rf" iter {after} \|"))
             (job_dir,) = log_dir.iterdir()
@@ -126,6 +130,8 @@ def test_training_survives_losing_each_worker_node_in_turn(slurm_testbed, jobs, 
     assert "note: the head node" not in driver  # the algorithm was placed on the head
     lost = [record["fields"]["peer"] for record in rank_logs(job_dir, 3)[0] if record["event"] == "node_lost"]
     assert lost == [1, 2]
+    gcs = [(record["event"], record["fields"]) for record in rank_logs(job_dir, 3)[0] if record["event"].startswith("gcs_")]
+    assert [event for event, _ in gcs] == ["gcs_lost", "gcs_back"] and gcs[1][1]["seconds"] < 30, gcs
     iteration_times = [float(t) for t in re.findall(r" iter \d+ \|.*\| (\d+\.\d) s$", driver, re.M)]
     show_timings(capsys, request, node2_lost_to_end=ended - killed[1], node3_lost_to_end=ended - killed[2],
            training_s=iteration_times[-1])
