@@ -46,10 +46,15 @@ def no_leftover_children():
     for segment in shm_segments() - segments_before - mapped_files():
         segment.unlink(missing_ok=True)
     if left:
-        names = describe(left)
-        for proc in left:
-            proc.kill()
-        pytest.fail("the test left processes behind: " + "; ".join(names))
+        names, killed = describe(left), []
+        for proc, name in zip(left, names):
+            try:
+                proc.kill()
+                killed.append(name)
+            except psutil.NoSuchProcess:  # it ended by itself between the look and the kill: not left behind
+                pass
+        if killed:
+            pytest.fail("the test left processes behind: " + "; ".join(killed))
 
 
 @pytest.fixture
