@@ -86,19 +86,24 @@ def agent_http_problem(auth: bool, full_agent: bool, agent_source: str | None = 
             f"then), or pass --no-auth")
 
 
+def ray_source(*parts: str) -> str | None:
+    """The text of one of the installed Ray's files (parts: its path inside the package), without importing Ray;
+    None where no Ray is here to read."""
+    spec = importlib.util.find_spec("ray")
+    try:
+        return Path(spec.origin).parent.joinpath(*parts).read_text()  # type: ignore[union-attr, arg-type]
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
 @functools.cache
 def dashboard_checks_token(source: str | None = None) -> bool:
     """Whether the installed Ray's dashboard (the head's HTTP server: Jobs API, state API) asks every request
     for the cluster's token; False where it would serve anyone (or no Ray is here to tell).
 
     source: the text of ray/dashboard/http_server_head.py (read from the installed Ray)."""
-    if source is None:
-        spec = importlib.util.find_spec("ray")  # does not import Ray
-        try:
-            source = Path(spec.origin).parent.joinpath("dashboard", "http_server_head.py").read_text()  # type: ignore[union-attr, arg-type]
-        except (AttributeError, OSError, TypeError):
-            return False
-    return "get_token_auth_middleware" in source
+    source = ray_source("dashboard", "http_server_head.py") if source is None else source
+    return source is not None and "get_token_auth_middleware" in source
 
 
 @functools.cache
@@ -107,13 +112,8 @@ def gcs_store(source: str | None = None) -> bool:
     a GCS started again finds them (raynode/gcsrestart.py). Read from Ray's files, not its version.
 
     source: the text of ray/_private/node.py (read from the installed Ray)."""
-    if source is None:
-        spec = importlib.util.find_spec("ray")  # does not import Ray
-        try:
-            source = Path(spec.origin).parent.joinpath("_private", "node.py").read_text()  # type: ignore[union-attr, arg-type]
-        except (AttributeError, OSError, TypeError):
-            return False
-    return "def _is_rocksdb_gcs" in source
+    source = ray_source("_private", "node.py") if source is None else source
+    return source is not None and "def _is_rocksdb_gcs" in source
 
 
 @functools.cache
@@ -122,12 +122,9 @@ def intel_visible_variable(source: str | None = None) -> str:
     2.60, ray-project/ray PR#64440), or ONEAPI_DEVICE_SELECTOR (Ray 2.52). Read from Ray's files, not its version.
 
     source: the text of ray/_private/accelerators/intel_gpu.py (read from the installed Ray)."""
+    source = ray_source("_private", "accelerators", "intel_gpu.py") if source is None else source
     if source is None:
-        spec = importlib.util.find_spec("ray")  # does not import Ray
-        try:
-            source = Path(spec.origin).parent.joinpath("_private", "accelerators", "intel_gpu.py").read_text()  # type: ignore[union-attr, arg-type]
-        except (AttributeError, OSError, TypeError):
-            return "ZE_AFFINITY_MASK"  # no Ray here (a dry run's planning host): the current release's
+        return "ZE_AFFINITY_MASK"  # no Ray here (a dry run's planning host): the current release's
     reads = re.search(r"def get_visible_accelerator_ids_env_var\(\).*?return (\w+)", source, re.S)
     return "ZE_AFFINITY_MASK" if reads and reads.group(1).startswith("ZE_AFFINITY_MASK") else "ONEAPI_DEVICE_SELECTOR"
 
