@@ -34,6 +34,7 @@ class Keeper:
     def __init__(self, restarts: int, address: str, say: Callable[[str], None]):
         self.restarts, self.address, self.say = restarts, address, say
         self.used = 0
+        self.given_up: int | None = None  # the PID of the dead GCS left to Ray: said once, whatever Ray does then
 
     def install(self) -> None:
         from ray._private import node as ray_node
@@ -52,13 +53,14 @@ class Keeper:
 
         kind = ray_constants.PROCESS_TYPE_GCS_SERVER
         infos = node.all_processes.get(kind) or []
-        if len(infos) != 1 or infos[0].process.poll() is None:
+        if len(infos) != 1 or infos[0].process.poll() is None or infos[0].process.pid == self.given_up:
             return
         dead, lost_at = infos[0].process, time.time()
         left = self.restarts - self.used
         self.say(f"mpiray-gcs-lost {json.dumps({'code': dead.returncode, 'restarts_left': left, 'pid': dead.pid})}")
-        if left <= 0:
-            return  # Ray's own --block loop ends the node, as without a keeper
+        if left <= 0:  # Ray's own --block loop ends the node, as without a keeper (or, for an exit it expects
+            self.given_up = dead.pid  # such as SIGTERM's, leaves it be: then this is not said every second)
+            return
         self.used += 1
         started = services.start_ray_process(list(dead.args), kind, fate_share=node.kernel_fate_share,
                                              stdout_file=subprocess.DEVNULL, stderr_file=subprocess.DEVNULL)
