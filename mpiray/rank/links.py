@@ -91,8 +91,9 @@ def judge(figures: dict[str, Figures], sends: dict[str, list[str]], floor: float
             refused[host] = (f"no link {way} its peers on its Ray address measured"
                              + (f" ({'; '.join(failed)})" if failed else ""))
         elif worst[host] < floor * median:
-            way = "sends" if row["send_mbit"] == worst[host] else "receives"
-            refused[host] = (f"its link {way} at {rate(worst[host])}, below --slow-link {floor:g} of its peers' "
+            slow = [f"{way} at {rate(row[key])}" for way, key in (("sends", "send_mbit"), ("receives", "receive_mbit"))
+                    if row[key] < floor * median]
+            refused[host] = (f"its link {' and '.join(slow)}, below --slow-link {floor:g} of its peers' "
                              f"median {rate(median)}")
     return table, refused
 

@@ -38,6 +38,16 @@ def test_a_host_whose_receives_are_throttled_is_refused():
     assert set(refused) == {"t2"} and "receives at 4.0 Mbit/s" in refused["t2"]
 
 
+def test_a_host_slow_both_ways_is_refused_with_both_figures_sends_first():
+    # A host whose sends are choked also receives slowly: its acknowledgements wait behind its own stream.
+    sends = ring(["t1", "t2", "t3"])
+    measured = figures_of({"t1": {"t2": 5.0, "t3": FAST}, "t2": {"t1": SLOW, "t3": 3.0},
+                           "t3": {"t1": FAST, "t2": 5.0}})
+    _, refused = judge(measured, sends, 0.25)
+    assert set(refused) == {"t2"}
+    assert refused["t2"].startswith("its link sends at 5.0 Mbit/s and receives at 4.0 Mbit/s, below"), refused
+
+
 def test_a_host_no_peer_reached_is_refused_with_what_its_peers_saw():
     sends = ring(["t1", "t2", "t3"])
     measured = figures_of({"t1": {"t3": FAST}, "t2": {}, "t3": {"t1": FAST}})
