@@ -184,6 +184,8 @@ KINDS = event_kinds(
                             "{missing_text}"),  # + missing [{rank, host, log}]
     unexpected=(ERROR, "unexpected failure:\n{traceback}"),
     own_node_exited=(ERROR, "this rank's Ray node exited with code {code} (see {output})"),
+    head_host_lost=(ERROR, "the head's GCS at {gcs_address} has not answered for {silent:g} s: its host is down or "
+                    "cut off, and rank 0 with it; this rank ends with 1"),
     # -- an elastic cluster (autoscale.py on rank 0; provider.py, Ray's autoscaler, in autoscaler-rank-0000.*) --
     autoscaler_configured=(INFO, "autoscaler: {low} to {high} nodes ({own} this job's), worker jobs of {cpus} CPUs, "
                                  "{gpus} GPUs on {scheduler}, cancelled after {cooldown:g} s idle"),

@@ -34,6 +34,7 @@ PROBE = 11  # rank 0 -> each host's first rank that listens for the link check (
 PROBED = 12  # ... back to rank 0: what it measured (host.links.Figures)
 VERDICT = 13  # rank 0 -> each worker whose HELLO waits for it: what the pre-flight decided of its host (a Verdict)
 ACTIVATE = 14  # rank 0 -> every rank of a spare host, when a worker's Ray node was lost: start your node and join
+HEAD_GONE = 15  # within one host: its first rank found the head's host gone (worker.HeadWatch): end with 1 too
 
 
 class Message(NamedTuple):

@@ -84,6 +84,10 @@ class Rank:
         self.all_met = self.comm.barrier(timeout)
         return self.all_met
 
+    def peer_gone(self) -> None:
+        """A rank is known gone (the head's host): the last barrier is not waited for, nor MPI_Finalize called."""
+        self.all_met = False
+
     def log_started(self, job_id: str = "") -> None:
         """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
         self.log.event("rank_started", size=self.comm.size, launch=self.env.describe(), scheduler=self.env.scheduler,

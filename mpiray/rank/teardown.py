@@ -63,7 +63,9 @@ def head_stops_last(me: Rank) -> bool:
 
 
 def meet(me: Rank) -> None:
-    if not me.meet_last(me.config.stop_grace + MEET_MARGIN):
+    """The last barrier, unless a peer is known gone (all_met already False: the head's host): it would only
+    wait out its timeout."""
+    if not me.all_met or not me.meet_last(me.config.stop_grace + MEET_MARGIN):
         me.log.event("peer_missing")
 
 

@@ -1,10 +1,15 @@
 """The rank protocol, every other rank's side: receive the session, start this rank's node (or idle),
-report, then wait for rank 0's exit code, telling rank 0 if the node dies meanwhile (see head.py)."""
+report, then wait for rank 0's exit code, telling rank 0 if the node dies meanwhile (see head.py).
+
+A head whose host dies sends no exit code: each host's first rank knocks on the head's GCS port meanwhile
+(HeadWatch) and, once it has stayed unanswered longer than a GCS restart takes, ends its host's ranks with 1.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, LaunchError, Shutdown, StartupTimeout
@@ -15,6 +20,7 @@ from mpiray.rank.messages import (
     CONTROL,
     DRAINING,
     EVENT,
+    HEAD_GONE,
     HELLO,
     JOIN,
     REPORT,
@@ -29,7 +35,42 @@ from mpiray.rank.messages import (
 )
 from mpiray.rank.nodestart import start_node
 from mpiray.rank.state import Rank
-from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, STARTUP_POLL
+from mpiray.rank.timings import DRIVER_POLL, HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL
+from mpiray.raynode.gcs import gcs_answers
+
+HEAD_KNOCK_EVERY = 2.0  # seconds between a host's knocks on the head's GCS port while the job runs (one per host)
+# Unanswered this long in a row, the head's host is taken for gone: a GCS that dies and is started again
+# (--gcs-restarts) answers within ~1 s (0.4 s measured on the testbed).
+HEAD_SILENT_FOR = 10.0
+
+
+class HeadWatch:
+    """Whether the head's host is gone: its GCS port knocked on every HEAD_KNOCK_EVERY s, once it has answered
+    (an idle rank waits before the head is up); silent() is how long it has not answered, once that is
+    HEAD_SILENT_FOR or more. A port that refuses (the host's processes gone) and one that times out (a host
+    powered off, or cut off) count alike."""
+
+    def __init__(self, address: str, answers: Callable[[str, float], bool] = gcs_answers,
+                 clock: Callable[[], float] = time.monotonic):
+        self.address = address
+        self._answers, self._clock = answers, clock
+        self._next = clock()
+        self._armed = False  # it has answered once
+        self._since: float | None = None  # when the unanswered knocks began
+
+    def silent(self) -> float | None:
+        now = self._clock()
+        if now < self._next:
+            return None
+        self._next = now + HEAD_KNOCK_EVERY
+        if self._answers(self.address, HEAD_KNOCK_EVERY):
+            self._armed, self._since = True, None
+            return None
+        if not self._armed:
+            return None
+        self._since = now if self._since is None else self._since
+        silent = self._clock() - self._since
+        return silent if silent >= HEAD_SILENT_FOR else None
 
 
 class Worker:
@@ -131,7 +172,10 @@ class Worker:
         reported_death = False
         give_up: Deadline | None = None  # after a stop signal: rank 0 has this long to send the code
         interval = STARTUP_POLL  # a driver that ends at once (or --dry-run) is heard of soon; a long one costs nothing
+        watch = self.head_watch()
         while True:
+            if (code := self.head_gone(watch)) is not None:
+                return code
             if self.spare and me.comm.poll(0, ACTIVATE) is not None:
                 self.activate()
             me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
@@ -164,6 +208,36 @@ class Worker:
                     raise Interrupted(me.stop.signum)
             time.sleep(interval)
             interval = min(DRIVER_POLL, interval * 1.5)
+
+    def head_watch(self) -> HeadWatch | None:
+        """The host's first rank's watch on the head's host; none in a job that joins another's cluster (its
+        rank 0 watches that cluster) or in a dry run."""
+        me = self.me
+        session = me.current_session
+        if me.host_comm.rank != 0 or session.own_job_id or me.config.dry_run:
+            return None
+        return HeadWatch(session.gcs_address)
+
+    def head_gone(self, watch: HeadWatch | None) -> int | None:
+        """HEAD_LOST_EXIT once the head's host is gone, as this host's watch found it (told to the host's other
+        ranks) or its first rank said; the last barrier is then not waited for: rank 0 never reaches it."""
+        me = self.me
+        if watch is not None:
+            silent = watch.silent()
+            if silent is None:
+                return None
+            for local in range(1, me.host_comm.size):
+                me.host_comm.send((silent, me.rank), local, HEAD_GONE)
+            by = me.rank
+        else:
+            message = me.host_comm.poll(0, HEAD_GONE) if me.host_comm.rank != 0 else None
+            if message is None:
+                return None
+            silent, by = message.payload
+        me.log.event("head_host_lost", gcs_address=me.current_session.gcs_address, silent=round(silent, 1),
+                     by=by, cause="head_host_lost")
+        me.peer_gone()
+        return HEAD_LOST_EXIT
 
     def send_settled(self) -> None:
         self.me.comm.send(None, 0, SETTLED)

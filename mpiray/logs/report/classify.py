@@ -87,6 +87,11 @@ CAUSES = {
     "head_lost": Cause(
         "the head's Ray node ended while the job ran (its GCS is the cluster)",
         "read rank-0000.ray.log and ray-rank-0000/ (gcs_server.out, raylet.out); the usual reason is memory"),
+    "head_host_lost": Cause(
+        "the head's host stopped answering while the job ran (a power loss, a crash, a cut link): the other "
+        "ranks ended with 1 once its GCS port had been silent for 10 s",
+        "ask the site about the host (`sinfo -R`, its console); resubmit without it (--exclude) and the trainer "
+        "continues from its last checkpoint"),
     "time_limit": Cause(
         "the driver ran past --time-limit and was stopped (exit code 124)",
         "raise --time-limit, or checkpoint and go on in the next job"),
