@@ -23,8 +23,10 @@ def finish(me: Rank, role: Role, leader: Leader | None, code: int) -> int:
     """Tear this rank down and return code. leader: rank 0's (None elsewhere)."""
     config = me.config
     # A healthy node stops in order in ~1 s; one that does not (GCS lost, or scancel already signalled
-    # raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver.
-    grace = min(config.stop_grace, RAY_STOP_GRACE if me.stop.signum is None else STOP_SIGNAL_RAY_GRACE)
+    # raylet, which then hangs on SIGTERM) will not, so Ray gets less than the driver. A node whose head's host is
+    # gone (me.all_met already False) hangs on SIGTERM too: 4 of its 5 processes needed SIGKILL after 5 s.
+    short = me.stop.signum is not None or not me.all_met
+    grace = min(config.stop_grace, STOP_SIGNAL_RAY_GRACE if short else RAY_STOP_GRACE)
     last = head_stops_last(me)
     steps = [
         ("tell the other ranks", lambda: role.announce(code)),
