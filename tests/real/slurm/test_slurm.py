@@ -16,11 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mpiray.logs.events import read_events
 
 import head_loss
+import netns
 from helpers import (
     JOB_TIMEOUT_S,
     JOBS,
@@ -231,6 +233,71 @@ def test_a_head_lost_under_srun_ends_every_task_with_1(slurm_testbed, jobs, tmp_
     assert outcome.every_rank_exited_with(1), outcome.describe() + "\n" + outcome.stderr[-3000:]
     assert "KILLED" in outcome.stdout and "ANSWERED" not in outcome.stdout
     jobs.wait_until_gone(outcome.job_dir.name)
+
+
+HEAD_HOST_LOST_WITHIN_S = 30  # from the power loss to every other rank's exit (#61: "within seconds")
+
+
+def test_the_head_host_powered_off_ends_every_other_rank_with_1_and_leaves_nothing(slurm_testbed, jobs, tmp_path):
+    """The head's host loses power while the driver runs (every process of it at once): rank 0 sends no exit code.
+    On each other host the first rank finds the head's GCS port silent, tells its host's other rank, and every
+    rank there stops its Ray node and exits 1 within HEAD_HOST_LOST_WITHIN_S; nothing of the job is left on them."""
+    bed = slurm_testbed
+    head, others = bed.nodes[0], bed.nodes[1:]
+    out = tmp_path / "srun.out"
+    before = {node.name: set(netns.processes_on(node)) for node in others}  # each host's own: init, slurmd, sshfs
+    argv = ["srun", f"--job-name={jobs.name}", "-N3", "-n6", "--ntasks-per-node=2", "--mpi=pmi2",
+            "--kill-on-bad-exit=1", f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"),
+            "--", PYTHON, "-c", "import time; print('DRIVER UP', flush=True); time.sleep(600)"]
+    with open(out, "w") as sink:
+        step = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
+    try:
+        wait_for_text(tmp_path, "srun.out", "DRIVER UP")
+        (job_dir,) = (tmp_path / "logs").iterdir()
+        jobs.ids.append(job_dir.name)
+        powered_off = time.time()
+        netns.power_off(head)
+        survivors = range(2, 6)  # ranks 0-1 on the head's host, 2-3 and 4-5 on the others (-n6, 2 per node)
+        deadline = time.monotonic() + HEAD_HOST_LOST_WITHIN_S + 30
+        while not all(exit_event(job_dir, rank) for rank in survivors):
+            assert time.monotonic() < deadline, out.read_text()[-3000:]
+            time.sleep(0.5)
+        for rank in survivors:
+            ended = exit_event(job_dir, rank)
+            assert ended["fields"]["code"] == 1, (rank, ended)
+            assert ended["time"] - powered_off < HEAD_HOST_LOST_WITHIN_S, (rank, ended["time"] - powered_off)
+            (lost,) = [r["fields"] for r in read_events(job_dir / f"rank-{rank:04d}.jsonl")
+                       if r["event"] == "head_host_lost"]
+            assert lost["by"] in (2, 4) and lost["silent"] >= 10, lost
+        took = max(exit_event(job_dir, rank)["time"] for rank in survivors) - powered_off
+        for node in others:  # the ranks and their Ray gone: what is left of the job there is its slurmstepd
+            left = [(pid, name) for pid in set(netns.processes_on(node)) - before[node.name]
+                    if (name := process_name(pid)) not in ("slurmstepd", "")]
+            assert not left, (node.name, left)
+        print(f"the head's host powered off -> the last other rank exited: {took:.1f} s")
+    finally:
+        testbed.start_slurmd(bed, head, detach=True)
+        if step.poll() is None:
+            step.kill()
+        step.wait(30)
+    bed.run(["scancel", job_dir.name], timeout=60)
+    deadline = time.monotonic() + 120
+    while bed.node_states().get(head.name) != "idle":
+        assert time.monotonic() < deadline, bed.node_states()
+        time.sleep(0.5)
+
+
+def exit_event(job_dir: Path, rank: int) -> dict | None:
+    log = job_dir / f"rank-{rank:04d}.jsonl"
+    records = read_events(log) if log.exists() else []
+    return records[-1] if records and records[-1]["event"] == "exit" else None
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 @pytest.mark.timeout(JOB_TIMEOUT_S * 6)  # its startup deadline (from the pace: 240 s or more) + JOB_TIMEOUT_S, with room
