@@ -91,6 +91,16 @@ def describe_cluster(environ: Mapping[str, str], address: Optional[str]) -> Clus
 def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str) -> None:
     """Fail fast when a restored trial's saved config (params.json) asks for more than this cluster has:
     a requeued job may get fewer nodes, and Tune would wait for them until the walltime."""
+    problems = saved_resource_problems(params, cluster)
+    if problems:
+        raise ResourceError(
+            f"{experiment} was started on a bigger cluster: its saved config needs " + " and ".join(problems)
+            + ". Run it on as many nodes (and CPUs, GPUs) as it started with; Tune would wait for them forever."
+        )
+
+
+def saved_resource_problems(params: Mapping, cluster: ClusterInfo) -> list[str]:
+    """What a trial's saved config (params.json) needs that the cluster lacks, in words; [] when it fits."""
     learners = int(params.get("num_learners") or 0)
     per_learner = params.get("num_cpus_per_learner")
     learner_cpus = learners * (per_learner if isinstance(per_learner, (int, float)) else 1)
@@ -105,11 +115,10 @@ def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str
     on_head = HEAD_RESOURCE in (params.get("custom_resources_for_main_process") or {})
     if on_head and main_cpus > cluster.head_cpus:
         problems.append(f"{main_cpus:g} CPUs on the head node, which has {cluster.head_cpus:g}")
-    if problems:
-        raise ResourceError(
-            f"{experiment} was started on a bigger cluster: its saved config needs " + " and ".join(problems)
-            + ". Run it on as many nodes (and CPUs, GPUs) as it started with; Tune would wait for them forever."
-        )
+    slots = learners * float((params.get("custom_resources_per_learner") or {}).get(LEARNER_SLOT, 0))
+    if slots > cluster.learner_slots:
+        problems.append(f"{slots:g} learner slots (one node each); the cluster's nodes hold {cluster.learner_slots:g}")
+    return problems
 
 
 def head_problem(algorithm_config, cluster: ClusterInfo) -> Optional[str]:

@@ -143,3 +143,18 @@ def test_a_restart_on_a_smaller_cluster_fails_at_once_instead_of_waiting_for_nod
     (experiment / "PPO_trial_0").mkdir()
     (experiment / "PPO_trial_0" / "params.json").write_text(json.dumps(saved))
     assert storage.saved_params(experiment) == [saved]
+
+
+def test_a_restore_needs_a_learner_slot_for_each_spread_learner():
+    """Three learners spread one per node (train/config.py spread_learners): two nodes' slots cannot hold them,
+    though the CPUs would: Tune would wait forever for the third node."""
+    from train import cluster
+
+    saved = {"num_cpus_for_main_process": 1, "num_env_runners": 0, "num_learners": 3, "num_cpus_per_learner": 1,
+             "custom_resources_per_learner": {cluster.LEARNER_SLOT: 1}}
+    slot = {cluster.LEARNER_SLOT: 1.0}
+    assert cluster.saved_resource_problems(saved, cluster.ClusterInfo(None, 3, 12.0, 0.0, 4.0, nodes=(slot,) * 3)) == []
+    assert cluster.saved_resource_problems(saved, cluster.ClusterInfo(None, 2, 12.0, 0.0, 4.0, nodes=(slot,) * 2)) == [
+        "3 learner slots (one node each); the cluster's nodes hold 2"]
+    unspread = {**saved, "custom_resources_per_learner": {}}  # a Ray that cannot spread them: CPUs alone count
+    assert cluster.saved_resource_problems(unspread, cluster.ClusterInfo(None, 2, 12.0, 0.0, 4.0, nodes=(slot,) * 2)) == []
