@@ -13,6 +13,8 @@ from train.errors import TrainError
 from train.options import (
     DEFAULT_CHECKPOINT_SCORE,
     DEFAULT_FCNET_HIDDENS,
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_RESTORE_WAIT_S,
     DEFAULT_STOP_TIMESTEPS,
     EvaluateOptions,
     PlotOptions,
@@ -190,6 +192,16 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str,
                              help="continue the newest unfinished ALGO_ENV_* experiment (an unfinished --name "
                                   "or a requeued job's own experiment continues without it); a finished one "
                                   "exits 0")
+    checkpoints.add_argument("--max-failures", type=non_negative_int, default=DEFAULT_MAX_FAILURES,
+                             help="a trial that failed because a node was lost (a remote learner's, or the "
+                                  "algorithm's) continues from its last checkpoint in this job, at most N times, once "
+                                  "the nodes left (or a spare: mpiray --spares) hold it (default: %(default)s; 0: "
+                                  "the trainer exits 1, and a rerun continues)")
+    checkpoints.add_argument("--restore-wait", dest="restore_wait_s", type=positive_float,
+                             default=DEFAULT_RESTORE_WAIT_S,
+                             help="seconds such a trial waits for the cluster to hold its saved config again before "
+                                  "the trainer gives up and exits 1 (default: %(default)s, the launcher's default "
+                                  "--startup-timeout, which bounds a spare's start)")
     checkpoints.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
                              help="log every iteration to MLflow: to the tracking server URI names, else to a "
                                   "file store STORAGE_PATH/mlruns that `mlflow ui` reads (needs mlflow-skinny)")

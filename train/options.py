@@ -10,6 +10,8 @@ DEFAULT_STOP_TIMESTEPS = 1_000_000
 DEFAULT_CHECKPOINT_SCORE = "env_runners/episode_return_mean"
 RETURN_METRIC = "env_runners/episode_return_mean"
 ENV_STEPS_METRIC = "num_env_steps_sampled_lifetime"
+DEFAULT_MAX_FAILURES = 3
+DEFAULT_RESTORE_WAIT_S = 120.0
 
 
 
@@ -44,6 +46,8 @@ class TrainOptions:
     storage_path: Optional[str] = None
     name: Optional[str] = None
     resume: bool = False
+    max_failures: int = DEFAULT_MAX_FAILURES  # in-job restores of a trial that lost a node
+    restore_wait_s: float = DEFAULT_RESTORE_WAIT_S
     seed: Optional[int] = None
     num_cpus: Optional[int] = None
     local_mode: bool = False

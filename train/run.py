@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
@@ -85,8 +86,59 @@ def run_training(options: TrainOptions, environ: MutableMapping[str, str]) -> in
         from train.interrupt import checkpoint_on_signal
 
         with checkpoint_on_signal(options.stop_grace_s) as stop_request:
-            results = tuner.fit()
+            results = _fit(tuner, options, algorithm_config, storage_path / name, stop_request)
         return _report(results, options, stop_request)
+
+
+def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, stop_request):
+    """tuner.fit(); where each failed trial failed because a node was lost, the experiment continues from its
+    last checkpoints in this job, at most --max-failures times, once the cluster holds the trials' saved configs
+    again (a spare's node in the lost one's place, or room on the rest) within --restore-wait. Not Tune's
+    FailureConfig: that restarts any failure, a bug in the env too, and waits for resources that may never come."""
+    from train import progress, watch
+
+    results = tuner.fit()
+    for restore in range(1, options.max_failures + 1):
+        failed = [result for result in results if result.error is not None]
+        if not failed or stop_request.requested or not all(_lost_a_node(result) for result in failed):
+            break
+        names = ", ".join(Path(result.path).name for result in failed)
+        _say(f"trial {names}: a node was lost: it continues from its last checkpoint in this job (restore {restore} "
+             f"of --max-failures {options.max_failures}) once the cluster holds it")
+        events.event("trial_restore", trial=names, restore=restore, max_failures=options.max_failures)
+        watch.forget()
+        progress.LEARNERS_SAID.clear()  # where the restored trials' learners run, said anew
+        watch.expect_placement([(result.metrics or {}).get("trial_id") for result in failed], options.restore_wait_s,
+                               functools.partial(_lacking, failed))
+        try:
+            results = _make_or_restore_tuner(options, algorithm_config, None, experiment_dir, resume=True).fit()
+        except watch.NotPlaced as lacking:
+            _say(f"trial {names}: not continued in this job: not placed within --restore-wait "
+                 f"{options.restore_wait_s:g} s: its saved config needs {lacking}; a spare host (mpiray --spares K) "
+                 "takes a lost node's place")
+            break  # the failed results: their report says why they failed
+    return results
+
+
+def _lost_a_node(result) -> bool:
+    """Whether a trial failed because a node it ran on was lost: a remote learner's (the watch ended it, or the
+    learners said so) or the algorithm's own."""
+    from train.watch import LOST
+
+    text = f"{type(result.error).__name__}: {result.error}"
+    return (result.metrics or {}).get("trial_id") in LOST or lost_learner(result.error) or "node has died" in text
+
+
+def _lacking(failed) -> list[str]:
+    """What the live cluster (Ray's nodes now, not the launcher's totals at start) lacks for each failed trial's
+    saved config."""
+    live = cluster.describe_cluster({}, None)
+    return [problem for result in failed for params in storage.saved_params(*_split(result.path))
+            for problem in cluster.saved_resource_problems(params, live)]
+
+
+def _split(trial_path: str) -> tuple[Path, str]:
+    return Path(trial_path).parent, Path(trial_path).name
 
 
 def _reserved_cpus(provisional_config) -> float:
@@ -237,8 +289,9 @@ def _report(results, options: TrainOptions, stop_request) -> int:
 
             trial_id = (result.metrics or {}).get("trial_id", "")
             if trial_id in LOST or lost_learner(result.error):
-                _say("a learner's node was lost: RLlib does not restart learners; run the job again (requeue, or "
-                     "the same command) and it continues from the last checkpoint")
+                _say("a learner's node was lost: RLlib does not restart learners, and the trial could not continue "
+                     "in this job; run the job again (requeue, or the same command) and it continues from the last "
+                     "checkpoint, and give it a spare host (mpiray --spares 1) to continue in the job next time")
             if trial_id not in LOST and lost_learner(result.error):  # the watch had not seen it yet: said here
                 events.event("learner_node_lost", trial=trial_id or Path(result.path).name,
                              error=str(result.error).strip().splitlines()[-1][:300])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import re
 import socket
@@ -135,12 +136,13 @@ def experiment_status(path: Path) -> Optional[str]:
     return "errored" if statuses <= {"TERMINATED", "ERROR"} else "unfinished"
 
 
-def saved_params(path: Path) -> list[dict]:
-    """Each trial's saved config (params.json) in an experiment dir; unreadable ones are left to Tune."""
+def saved_params(path: Path, trial: Optional[str] = None) -> list[dict]:
+    """Each trial's saved config (params.json) in an experiment dir, or that one trial's; unreadable ones are
+    left to Tune."""
     params = []
-    for trial in sorted(path.glob("*/params.json")):
+    for saved in sorted(path.glob(f"{glob.escape(trial) if trial else '*'}/params.json")):
         try:
-            params.append(json.loads(trial.read_text()))
+            params.append(json.loads(saved.read_text()))
         except (OSError, ValueError):
             continue
     return params

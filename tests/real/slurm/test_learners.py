@@ -1,9 +1,10 @@
 """Learning on every node of the job, on the 3-host Slurm testbed: RLlib's remote learners spread over the
 hosts (one per learner slot), torch's gloo over the network each node advertises (GLOO_SOCKET_IFNAME, set
-by mpiray per node), what cannot be placed refused at once, and a lost learner node named as the cause, the
-training continuing from its checkpoint (a user's own RLlib script with learners on several hosts and nothing
-set: tests/real/slurm/test_elastic.py). Other Ray workloads as drivers: the Ray Train (torch DDP) and Ray Tune
-recipes of jobs/recipes/, by the sbatch lines they print.
+by mpiray per node), what cannot be placed refused at once, and a lost learner node: the training continuing
+from its checkpoint in the job on a spare's node, or, with none, named as the cause and continued by a rerun
+(a user's own RLlib script with learners on several hosts and nothing set: tests/real/slurm/test_elastic.py).
+Other Ray workloads as drivers: the Ray Train (torch DDP) and Ray Tune recipes of jobs/recipes/, by the sbatch
+lines they print.
 
 Each runs real RLlib training over real srun; together they take a few minutes on 2 cores.
 """
@@ -21,7 +22,7 @@ from mpiray.logs.events import read_events
 from mpiray.logs.report.jobdir import read_job
 from train.run import LOST_NODE_SIGNS
 
-from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events
+from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, driver_report, exit_codes, rank_events, show_timings
 from slurm.fixture import raylet_of
 from slurm.recipes import recipe_line, submit_as_printed
 
@@ -94,12 +95,14 @@ def test_more_learners_than_the_nodes_hold_is_refused_in_seconds_with_what_fits(
 
 
 @pytest.mark.timeout(JOB_TIMEOUT_S * 4)
-def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_continues(slurm_testbed, jobs, tmp_path):
-    """RLlib does not restart learners: SIGKILL of the raylet of a node that holds one fails the trial. The
-    trainer exits 1 after its last checkpoint, `mpiray logs` names learner_node_lost, and the same command
-    with --resume continues from that checkpoint."""
+def test_a_lost_learner_node_with_no_node_in_its_place_fails_after_the_wait_and_a_rerun_continues(slurm_testbed, jobs,
+                                                                                                  tmp_path):
+    """RLlib does not restart learners: SIGKILL of the raylet of a node that holds one ends the trial. With no node
+    to take its place, the trial waits --restore-wait for one, then the trainer exits 1 after its last checkpoint,
+    `mpiray logs` names learner_node_lost, and the same command with --resume continues from that checkpoint."""
     bed = slurm_testbed
-    flags = ["--num-learners", "3", "--stop-iters", "6", "--stop-reward", "none", "--train-batch-size", "1000"]
+    flags = ["--num-learners", "3", "--stop-iters", "6", "--stop-reward", "none", "--train-batch-size", "1000",
+             "--restore-wait", "3"]
     argv = jobs.srun(tmp_path, 3, "--", *trainer(tmp_path, *flags))
     out = tmp_path / "first.out"
     with open(out, "w") as sink:
@@ -117,6 +120,9 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
         if first.poll() is None:
             first.kill()
             first.wait(30)
+    output = out.read_text()
+    assert "(restore 1 of --max-failures 3) once the cluster holds it" in output, output[-3000:]
+    assert "not continued in this job: not placed within --restore-wait 3 s" in output, output[-3000:]
     assert exit_codes(job_dir, 3)[0] == 1
     report = read_job(job_dir)
     assert [cause.cause for cause in report.causes][:1] == ["learner_node_lost"], report.causes
@@ -135,6 +141,52 @@ def test_a_lost_learner_node_fails_the_training_with_its_cause_and_a_rerun_conti
     iterations = [int(number) for number, _ in PROGRESS.findall(output)]
     assert iterations[0] >= 3 and iterations[-1] == 6  # on from the checkpoint of iteration 2, not from 1
     jobs.wait_until_gone(job_dir_of_newest(tmp_path, jobs).name)
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S * 3)
+def test_a_lost_learner_node_with_a_spare_continues_in_the_job_from_its_checkpoint_and_ends_0(slurm_testbed, jobs,
+                                                                                             tmp_path, capsys, request):
+    """--spares 1: two learners on the head's and the worker's host, the third host waits. SIGKILL of the worker's
+    raylet after the second checkpoint ends the trial; the spare's node joins, and the trial continues from its
+    checkpoint in the same job, with a learner on the spare's host, to its stop: exit 0."""
+    bed = slurm_testbed
+    # No env runner on the lost node: RLlib would run iterations without samples (and so without a call to the
+    # lost learner) until the GCS declares the node dead.
+    flags = ["--num-learners", "2", "--num-env-runners", "0", "--stop-iters", "6", "--stop-reward", "none",
+             "--train-batch-size", "1000"]
+    out = tmp_path / "srun.out"
+    with open(out, "w") as sink:
+        srun = psutil.Popen(jobs.srun(tmp_path, 3, "--spares", "1", "--", *trainer(tmp_path, *flags)), env=bed.env(),
+                            stdout=sink, stderr=sink)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not list((tmp_path / "results").glob("*/*/checkpoint_000001")):
+            assert srun.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+            time.sleep(0.5)
+        job_dir = job_dir_of(tmp_path, jobs)
+        raylet_of(bed, job_dir, rank=1).kill()
+        killed = time.time()
+        code = srun.wait(JOB_TIMEOUT_S * 2)
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+            srun.wait(30)
+    output = out.read_text()
+    assert code == 0, output[-4000:]
+    assert "(restore 1 of --max-failures 3) once the cluster holds it" in output, output[-3000:]
+    assert re.search(r"^\[train\] trial \S+: continues from checkpoint_\d+ \(iteration [2-6]\)$", output, re.M), output
+    iterations = [int(number) for number, _ in PROGRESS.findall(output)]
+    assert iterations[-1] == 6 and iterations.count(1) == 1, iterations  # on from the checkpoint, not from 1
+    trainer_log = read_events(job_dir / "trainer-rank-0000.jsonl")
+    (restore,) = [r for r in trainer_log if r["event"] == "trial_restore"]
+    placed = [r["fields"]["addresses"].split(", ") for r in trainer_log if r["event"] == "learners_placed"]
+    placed_at = [r["time"] for r in trainer_log if r["event"] == "learners_placed"]
+    assert sorted(placed[0]) == bed.node_ips[:2] and sorted(placed[-1]) == [bed.node_ips[0], bed.node_ips[2]], placed
+    joined = next(r for r in rank_events(job_dir, 0) if r["event"] == "spare_joined")
+    assert exit_codes(job_dir, 3) == [0, 0, 0]
+    show_timings(capsys, request, lost_to_spare_joined=joined["time"] - killed, lost_to_restore=restore["time"] - killed,
+                 lost_to_learners_placed=placed_at[-1] - killed)
+    jobs.wait_until_gone(job_dir.name)
 
 
 def job_dir_of_newest(tmp_path: Path, jobs) -> Path:

@@ -40,7 +40,7 @@ def test_a_failed_driver_that_logged_a_kind_it_declares_a_cause_of_failed_of_tha
     assert [c.cause for c in report.causes] == ["learner_node_lost"]  # not driver_failed: that is what failed
     assert report.causes[0].title.startswith("a node that held an RLlib learner was lost")
     assert report.causes[0].evidence == ["trainer: trial t0: a learner's node was lost; RLlib does not restart "
-                                         "learners, so the trial failed after its last checkpoint: ActorDiedError: "
+                                         "learners, so the trial ended at its last checkpoint: ActorDiedError: "
                                          "the node died"]
     assert [e.event for e in report.driver_events] == ["learners_placed"]
     assert "trainer: trial t0: learners: 3 on 3 nodes: a, b, c" in format_report(report)
