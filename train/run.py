@@ -106,7 +106,7 @@ def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, s
         _say(f"trial {names}: a node was lost: it continues from its last checkpoint in this job (restore {restore} "
              f"of --max-failures {options.max_failures}) once the cluster holds it")
         events.event("trial_restore", trial=names, restore=restore, max_failures=options.max_failures)
-        watch.forget()
+        lost = watch.forget()
         progress.LEARNERS_SAID.clear()  # where the restored trials' learners run, said anew
         watch.expect_placement([(result.metrics or {}).get("trial_id") for result in failed], options.restore_wait_s,
                                functools.partial(_lacking, failed))
@@ -116,7 +116,8 @@ def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, s
             _say(f"trial {names}: not continued in this job: not placed within --restore-wait "
                  f"{options.restore_wait_s:g} s: its saved config needs {lacking}; a spare host (mpiray --spares K) "
                  "takes a lost node's place")
-            break  # the failed results: their report says why they failed
+            watch.LOST.update(lost)  # the failed results and what they lost: their report says why they failed
+            break
     return results
 
 

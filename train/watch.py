@@ -44,13 +44,16 @@ def expect_placement(trial_ids, within_s: float, lacking: Callable[[], list[str]
     _lacking[:] = [lacking]
 
 
-def forget() -> None:
-    """Start afresh: the trials of the next fit (a restore in this job) place their learners anew."""
+def forget() -> dict[str, str]:
+    """Start afresh: the trials of the next fit (a restore in this job) place their learners anew, and what they
+    lose is theirs. Returns what was lost before."""
+    lost = dict(LOST)
     LOST.clear()
     _PLACES.clear()
     _RESTORING.clear()
     _lacking.clear()
     _checked[0] = 0.0
+    return lost
 
 
 class LearnerNodeWatch(Callback):

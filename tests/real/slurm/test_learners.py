@@ -106,6 +106,7 @@ def test_a_lost_learner_node_with_no_node_in_its_place_ends_the_trainer_with_1_a
     output = out.read_text()
     assert "(restore 1 of --max-failures 3) once the cluster holds it" in output, output[-3000:]
     assert "not continued in this job: not placed within --restore-wait 3 s" in output, output[-3000:]
+    assert "give it a spare host (mpiray --spares 1) to continue in the job next time" in output, output[-3000:]
     assert exit_codes(job_dir, 3)[0] == 1
     report = read_job(job_dir)
     assert [cause.cause for cause in report.causes][:1] == ["learner_node_lost"], report.causes
