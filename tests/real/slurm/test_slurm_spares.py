@@ -1,6 +1,7 @@
-"""Spare hosts on the 3-host Slurm testbed (--spares 1): the cluster starts on two hosts and the third waits; when a
-worker's raylet is SIGKILLed mid-run the spare starts its node and joins, and a fixed-size Ray Train job (a worker
-per node, FailureConfig(max_failures=1)) resumes from its checkpoint at full size and ends with exit 0."""
+"""Spare hosts on the 3-host Slurm testbed (--spares 1): the cluster starts on two hosts and the third waits. A
+fixed-size Ray Train job (a worker per node, FailureConfig(max_failures=1)) steps on through the head's GCS
+SIGKILLed and started again; when a worker's raylet is then SIGKILLed the spare starts its node and joins, and the
+job resumes from its checkpoint at full size and ends with exit 0."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import time
 
 import pytest
 
-from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, field, rank_logs, show_timings, wait_for_text
+from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, field, rank_logs, show_timings, wait_for, wait_for_text
 from slurm.fixture import raylet_of
 
 TRAINER = ROOT / "tests" / "drivers" / "train_with_spare.py"
-STEPS = 20
+STEPS = 30
 
 
 @pytest.mark.train
@@ -36,6 +37,14 @@ def test_a_spare_takes_a_lost_nodes_place_and_ray_train_resumes_at_full_size(slu
     try:
         wait_for_text(log_dir, "*/driver.log", re.compile(r"^.*STEP 5$", re.M))
         (job_dir,) = log_dir.iterdir()
+        # First the head's GCS: it comes back (--gcs-restarts), and Ray Train's workers step on through it.
+        raylet_of(bed, job_dir, rank=0, name="gcs_server").send_signal(signal.SIGKILL)
+        wait_for_text(job_dir, "rank-0000.jsonl", '"gcs_back"')
+        # Steps go on, but their prints no longer reach driver.log: Ray's log stream to the driver does not
+        # survive a GCS that is back within a second (they stay in the workers' logs). So by their checkpoints.
+        checkpoints = len(list((tmp_path / "results" / "spare").glob("checkpoint_*")))
+        assert wait_for(lambda: len(list((tmp_path / "results" / "spare").glob("checkpoint_*"))) >= checkpoints + 2,
+                        JOB_TIMEOUT_S), "no step after the GCS came back"
         raylet_of(bed, job_dir, rank=1).send_signal(signal.SIGKILL)
         killed = time.time()
         code = srun.wait(timeout=JOB_TIMEOUT_S)
@@ -50,6 +59,8 @@ def test_a_spare_takes_a_lost_nodes_place_and_ray_train_resumes_at_full_size(slu
     ranks = rank_logs(job_dir, 3)
     assert field(ranks[0], "spares_chosen", "hosts") == bed.node_names[2]
     assert [r["event"] for r in ranks[2] if r["event"].startswith("spare_")] == ["spare_waiting", "spare_started"]
+    gcs = [(r["event"], r["fields"]) for r in ranks[0] if r["event"] in ("gcs_lost", "gcs_back")]
+    assert [event for event, _ in gcs] == ["gcs_lost", "gcs_back"] and gcs[1][1]["seconds"] < 30, gcs
     assert field(ranks[0], "node_lost", "peer") == 1
     assert field(ranks[0], "spare_activated", "ranks") == [2]
     joined = next(r for r in ranks[0] if r["event"] == "spare_joined")
