@@ -102,12 +102,15 @@ def check_saved_resources(params: Mapping, cluster: ClusterInfo, experiment: str
 def saved_resource_problems(params: Mapping, cluster: ClusterInfo) -> list[str]:
     """What a trial's saved config (params.json) needs that the cluster lacks, in words; [] when it fits."""
     learners = int(params.get("num_learners") or 0)
+    learner_gpus = float(params.get("num_gpus_per_learner") or 0)
     per_learner = params.get("num_cpus_per_learner")
-    learner_cpus = learners * (per_learner if isinstance(per_learner, (int, float)) else 1)
+    if not isinstance(per_learner, (int, float)):  # "auto", as RLlib reads it: 1 beside no GPU, else 0
+        per_learner = 0 if learner_gpus else 1
+    learner_cpus = learners * (per_learner + int(params.get("num_aggregator_actors_per_learner") or 0))
     main_cpus = float(params.get("num_cpus_for_main_process") or 0)
     runner_cpus = int(params.get("num_env_runners") or 0) * float(params.get("num_cpus_per_env_runner") or 0)
     cpus = main_cpus + learner_cpus + runner_cpus
-    gpus = max(1, learners) * float(params.get("num_gpus_per_learner") or 0)
+    gpus = max(1, learners) * learner_gpus
     problems = []
     if cpus > cluster.total_cpus or gpus > cluster.total_gpus:
         problems.append(f"{cpus:g} CPUs and {gpus:g} GPUs; the cluster has {cluster.total_cpus:g} and "
@@ -115,9 +118,11 @@ def saved_resource_problems(params: Mapping, cluster: ClusterInfo) -> list[str]:
     on_head = HEAD_RESOURCE in (params.get("custom_resources_for_main_process") or {})
     if on_head and main_cpus > cluster.head_cpus:
         problems.append(f"{main_cpus:g} CPUs on the head node, which has {cluster.head_cpus:g}")
-    slots = learners * float((params.get("custom_resources_per_learner") or {}).get(LEARNER_SLOT, 0))
-    if slots > cluster.learner_slots:
-        problems.append(f"{slots:g} learner slots (one node each); the cluster's nodes hold {cluster.learner_slots:g}")
+    for name, amount in (params.get("custom_resources_per_learner") or {}).items():  # slots, a role's share
+        need, have = learners * float(amount), sum(node.get(name, 0) for node in cluster.nodes)
+        if need > have:
+            what = "learner slots (one node each)" if name == LEARNER_SLOT else f"of {name} (--learners-on)"
+            problems.append(f"{need:g} {what}; the cluster's nodes hold {have:g}")
     return problems
 
 

@@ -158,3 +158,22 @@ def test_a_restore_needs_a_learner_slot_for_each_spread_learner():
         "3 learner slots (one node each); the cluster's nodes hold 2"]
     unspread = {**saved, "custom_resources_per_learner": {}}  # a Ray that cannot spread them: CPUs alone count
     assert cluster.saved_resource_problems(unspread, cluster.ClusterInfo(None, 2, 12.0, 0.0, 4.0, nodes=(slot,) * 2)) == []
+
+
+def test_gpu_learners_ask_no_cpu_of_their_own_as_rllib_sizes_them():
+    """num_cpus_per_learner "auto" (RLlib's default, saved as text): 0 CPUs beside a GPU, 1 without; aggregator
+    actors 1 CPU each. Counting 1 for a GPU learner would refuse (and, in a restore, give up on) a cluster that
+    holds the run."""
+    from train import cluster
+
+    saved = {"num_cpus_for_main_process": 1, "num_env_runners": 3, "num_cpus_per_env_runner": 1, "num_learners": 4,
+             "num_cpus_per_learner": "auto", "num_gpus_per_learner": 1}
+    four_gpus = cluster.ClusterInfo(None, 1, 4.0, 4.0, 4.0)
+    assert cluster.saved_resource_problems(saved, four_gpus) == []
+    assert cluster.saved_resource_problems({**saved, "num_gpus_per_learner": 0}, four_gpus) == [
+        "8 CPUs and 0 GPUs; the cluster has 4 and 4"]
+    assert cluster.saved_resource_problems({**saved, "num_aggregator_actors_per_learner": 1}, four_gpus) == [
+        "8 CPUs and 4 GPUs; the cluster has 4 and 4"]
+    role = {"num_learners": 2, "custom_resources_per_learner": {"mpiray_role_gpu": 0.001}}
+    assert cluster.saved_resource_problems(role, cluster.ClusterInfo(None, 1, 4.0, 0.0, 4.0, nodes=({"CPU": 4.0},))) == [
+        "0.002 of mpiray_role_gpu (--learners-on); the cluster's nodes hold 0"]
