@@ -200,8 +200,8 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser, environ: Mapping[str,
     checkpoints.add_argument("--restore-wait", dest="restore_wait_s", type=positive_float,
                              default=DEFAULT_RESTORE_WAIT_S,
                              help="seconds such a trial waits for the cluster to hold its saved config again before "
-                                  "the trainer gives up and exits 1 (default: %(default)s, the launcher's default "
-                                  "--startup-timeout, which bounds a spare's start)")
+                                  "the trainer gives up and exits 1 (default: %(default)s: the launcher's default "
+                                  "--startup-timeout, 120, bounds a spare's start, and 60 more)")
     checkpoints.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
                              help="log every iteration to MLflow: to the tracking server URI names, else to a "
                                   "file store STORAGE_PATH/mlruns that `mlflow ui` reads (needs mlflow-skinny)")

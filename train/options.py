@@ -11,7 +11,7 @@ DEFAULT_CHECKPOINT_SCORE = "env_runners/episode_return_mean"
 RETURN_METRIC = "env_runners/episode_return_mean"
 ENV_STEPS_METRIC = "num_env_steps_sampled_lifetime"
 DEFAULT_MAX_FAILURES = 3
-DEFAULT_RESTORE_WAIT_S = 120.0
+DEFAULT_RESTORE_WAIT_S = 180.0  # the launcher's default --startup-timeout (120 s), a spare's start, and 60
 
 
 

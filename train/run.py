@@ -97,6 +97,7 @@ def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, s
     FailureConfig: that restarts any failure, a bug in the env too, and waits for resources that may never come."""
     from train import progress, watch
 
+    watch.forget()
     results = tuner.fit()
     for restore in range(1, options.max_failures + 1):
         failed = [result for result in results if result.error is not None]
@@ -108,10 +109,14 @@ def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, s
         events.event("trial_restore", trial=names, restore=restore, max_failures=options.max_failures)
         lost = watch.forget()
         progress.LEARNERS_SAID.clear()  # where the restored trials' learners run, said anew
+        restored = _make_or_restore_tuner(options, algorithm_config, None, experiment_dir, resume=True)
+        if stop_request.requested:  # while it restored: leave it to the requeue (Tune's SIGUSR1 is the last fit's)
+            watch.LOST.update(lost)
+            break
         watch.expect_placement([(result.metrics or {}).get("trial_id") for result in failed], options.restore_wait_s,
                                functools.partial(_lacking, failed))
         try:
-            results = _make_or_restore_tuner(options, algorithm_config, None, experiment_dir, resume=True).fit()
+            results = restored.fit()
         except watch.NotPlaced as lacking:
             _say(f"trial {names}: not continued in this job: not placed within --restore-wait "
                  f"{options.restore_wait_s:g} s: its saved config needs {lacking}; a spare host (mpiray --spares K) "
@@ -130,11 +135,17 @@ def _lost_a_node(result) -> bool:
     return (result.metrics or {}).get("trial_id") in LOST or lost_learner(result.error) or "node has died" in text
 
 
-def _lacking(failed) -> list[str]:
-    """What the live cluster (Ray's nodes now, not the launcher's totals at start) lacks for each failed trial's
-    saved config."""
-    live = cluster.describe_cluster({}, None)
-    return [problem for result in failed for params in storage.saved_params(*_split(result.path))
+def _lacking(failed, trial_ids: set[str]) -> list[str]:
+    """What the live cluster (Ray's nodes now, not the launcher's totals at start) lacks for the saved config of
+    each failed trial of trial_ids; [] too where Ray cannot say now (its GCS restarting): asked again later."""
+    import ray
+
+    try:
+        live = cluster.describe_cluster({}, None)
+    except ray.exceptions.RayError:
+        return []
+    return [problem for result in failed if (result.metrics or {}).get("trial_id") in trial_ids
+            for params in storage.saved_params(*_split(result.path))
             for problem in cluster.saved_resource_problems(params, live)]
 
 
@@ -290,12 +301,15 @@ def _report(results, options: TrainOptions, stop_request) -> int:
 
             trial_id = (result.metrics or {}).get("trial_id", "")
             if trial_id in LOST or lost_learner(result.error):
+                spare = (", and give it a spare host (mpiray --spares 1) to continue in the job next time"
+                         if options.max_failures else " (--max-failures 0: no restore in the job)")
                 _say("a learner's node was lost: RLlib does not restart learners, and the trial could not continue "
                      "in this job; run the job again (requeue, or the same command) and it continues from the last "
-                     "checkpoint, and give it a spare host (mpiray --spares 1) to continue in the job next time")
-            if trial_id not in LOST and lost_learner(result.error):  # the watch had not seen it yet: said here
+                     f"checkpoint{spare}")
+                # Said here, where it is what failed the run: a loss that a restore got over is no cause.
                 events.event("learner_node_lost", trial=trial_id or Path(result.path).name,
-                             error=str(result.error).strip().splitlines()[-1][:300])
+                             error=f"the node of a learner is no longer alive: {LOST[trial_id]}" if trial_id in LOST
+                             else str(result.error).strip().splitlines()[-1][:300])
         return EXIT_TRAINING_FAILED
     if stop_request.requested and not all(result.metrics.get("done") for result in results):
         saved = "a checkpoint was saved" if stop_request.checkpoint_paths else (
