@@ -106,6 +106,7 @@ def test_a_lost_learner_node_with_no_node_in_its_place_ends_the_trainer_with_1_a
     output = out.read_text()
     assert "(restore 1 of --max-failures 3) once the cluster holds it" in output, output[-3000:]
     assert "not continued in this job: not placed within --restore-wait 3 s" in output, output[-3000:]
+    assert "3 learner slots (one node each); the cluster's nodes hold 2" in output  # not the CPUs alone
     assert "give it a spare host (mpiray --spares 1) to continue in the job next time" in output, output[-3000:]
     assert exit_codes(job_dir, 3)[0] == 1
     report = read_job(job_dir)
@@ -129,7 +130,7 @@ def test_ppo_learners_over_the_hosts_network_lose_a_node_and_continue_on_the_spa
     bed = slurm_testbed
     # No env runner on the lost node: RLlib would run iterations without samples (and so without a call to the
     # lost learner) until the GCS declares the node dead.
-    flags = ["--num-learners", "2", "--num-env-runners", "0", "--stop-reward", "60", "--stop-iters", "25",
+    flags = ["--num-learners", "2", "--num-env-runners", "0", "--stop-reward", "60", "--stop-iters", "40",
              "--train-batch-size", "1000"]
     out = tmp_path / "srun.out"
     with open(out, "w") as sink:
@@ -158,16 +159,17 @@ def test_ppo_learners_over_the_hosts_network_lose_a_node_and_continue_on_the_spa
     assert returns[-1] >= 60 > returns[0], returns  # it learned: the stop reward, from below it
     trainer_log = read_events(job_dir / "trainer-rank-0000.jsonl")
     placed = [r for r in trainer_log if r["event"] == "learners_placed"]  # as the learners themselves said
-    assert [(r["fields"]["count"], r["fields"]["nodes"]) for r in placed] == [(2, 2), (2, 2)]
+    assert {(r["fields"]["count"], r["fields"]["nodes"]) for r in placed} == {(2, 2)} and len(placed) >= 2
     assert sorted(placed[0]["fields"]["addresses"].split(", ")) == bed.node_ips[:2]
-    assert sorted(placed[1]["fields"]["addresses"].split(", ")) == [bed.node_ips[0], bed.node_ips[2]]
+    assert sorted(placed[-1]["fields"]["addresses"].split(", ")) == [bed.node_ips[0], bed.node_ips[2]]
     report = read_job(job_dir)
     assert {m["collectives"]["GLOO_SOCKET_IFNAME"] for m in report.manifests.values()} == {"eth0"}
     assert exit_codes(job_dir, 3) == [0, 0, 0]
-    (restore,) = [r for r in trainer_log if r["event"] == "trial_restore"]
+    restore = next(r for r in trainer_log if r["event"] == "trial_restore")
+    assert "learner_node_lost" not in [r["event"] for r in trainer_log]  # a loss the restore got over is no cause
     joined = next(r for r in rank_events(job_dir, 0) if r["event"] == "spare_joined")
     show_timings(capsys, request, lost_to_spare_joined=joined["time"] - killed, lost_to_restore=restore["time"] - killed,
-                 lost_to_learners_placed=placed[1]["time"] - killed)
+                 lost_to_learners_placed=placed[-1]["time"] - killed)
     jobs.wait_until_gone(job_dir.name)
 
 

@@ -18,7 +18,7 @@ from helpers import JOB_TIMEOUT_S, PYTHON, ROOT, START_RAY, field, rank_logs, sh
 from slurm.fixture import raylet_of
 
 TRAINER = ROOT / "tests" / "drivers" / "train_with_spare.py"
-STEPS = 30
+STEPS = 40  # room after STEP 5 for the GCS's restart and two steps before the raylet's kill
 
 
 @pytest.mark.train
