@@ -113,7 +113,7 @@ def _fit(tuner, options: TrainOptions, algorithm_config, experiment_dir: Path, s
         if stop_request.requested:  # while it restored: leave it to the requeue (Tune's SIGUSR1 is the last fit's)
             watch.LOST.update(lost)
             break
-        watch.expect_placement([(result.metrics or {}).get("trial_id") for result in failed], options.restore_wait_s,
+        watch.expect_placement([_trial_id(result) for result in failed], options.restore_wait_s,
                                functools.partial(_lacking, failed))
         try:
             results = restored.fit()
@@ -132,7 +132,11 @@ def _lost_a_node(result) -> bool:
     from train.watch import LOST
 
     text = f"{type(result.error).__name__}: {result.error}"
-    return (result.metrics or {}).get("trial_id") in LOST or lost_learner(result.error) or "node has died" in text
+    return _trial_id(result) in LOST or lost_learner(result.error) or "node has died" in text
+
+
+def _trial_id(result) -> str | None:
+    return (result.metrics or {}).get("trial_id")
 
 
 def _lacking(failed, trial_ids: set[str]) -> list[str]:
@@ -144,13 +148,9 @@ def _lacking(failed, trial_ids: set[str]) -> list[str]:
         live = cluster.describe_cluster({}, None)
     except ray.exceptions.RayError:
         return []
-    return [problem for result in failed if (result.metrics or {}).get("trial_id") in trial_ids
-            for params in storage.saved_params(*_split(result.path))
+    return [problem for result in failed if _trial_id(result) in trial_ids
+            for params in storage.trial_params(Path(result.path))
             for problem in cluster.saved_resource_problems(params, live)]
-
-
-def _split(trial_path: str) -> tuple[Path, str]:
-    return Path(trial_path).parent, Path(trial_path).name
 
 
 def _reserved_cpus(provisional_config) -> float:
@@ -299,7 +299,7 @@ def _report(results, options: TrainOptions, stop_request) -> int:
             _say(f"trial failed: {result.error}")
             from train.watch import LOST
 
-            trial_id = (result.metrics or {}).get("trial_id", "")
+            trial_id = _trial_id(result) or ""
             if trial_id in LOST or lost_learner(result.error):
                 spare = (", and give it a spare host (mpiray --spares 1) to continue in the job next time"
                          if options.max_failures else " (--max-failures 0: no restore in the job)")

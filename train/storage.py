@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import re
 import socket
@@ -136,16 +135,17 @@ def experiment_status(path: Path) -> Optional[str]:
     return "errored" if statuses <= {"TERMINATED", "ERROR"} else "unfinished"
 
 
-def saved_params(path: Path, trial: Optional[str] = None) -> list[dict]:
-    """Each trial's saved config (params.json) in an experiment dir, or that one trial's; unreadable ones are
-    left to Tune."""
-    params = []
-    for saved in sorted(path.glob(f"{glob.escape(trial) if trial else '*'}/params.json")):
-        try:
-            params.append(json.loads(saved.read_text()))
-        except (OSError, ValueError):
-            continue
-    return params
+def saved_params(path: Path) -> list[dict]:
+    """Each trial's saved config (params.json) in an experiment dir; unreadable ones are left to Tune."""
+    return [params for saved in sorted(path.glob("*/params.json")) for params in trial_params(saved.parent)]
+
+
+def trial_params(trial_dir: Path) -> list[dict]:
+    """A trial's saved config (params.json), as a list of one; [] where it is unreadable (left to Tune)."""
+    try:
+        return [json.loads((trial_dir / "params.json").read_text())]
+    except (OSError, ValueError):
+        return []
 
 
 def tag_experiment(path: Path, job_id: Optional[str]) -> None:
