@@ -4,7 +4,7 @@ takes the Rank: what they need they were built with or are given."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Container, Protocol
 
 from mpiray.deadline import Deadline
 from mpiray.host.portblocks import PortBlock
@@ -30,7 +30,7 @@ class Comm(Protocol):
 
     def send(self, obj: Any, dest: int, tag: int) -> None: ...
 
-    def send_to_others(self, obj: Any, tag: int) -> None: ...
+    def send_to_others(self, obj: Any, tag: int, skip: Container[int] = ...) -> None: ...
 
     def progress(self) -> None: ...
 

@@ -143,7 +143,7 @@ class Head(RankZero):
         nodes = [r.node_id for r in cluster.nodes if r.rank != 0] if cluster is not None else []
         if cluster is None or not nodes:
             return False
-        me.comm.send_to_others(why, DRAINING)
+        me.comm.send_to_others(why, DRAINING, skip=self.unheard())
         argv = [*package.module_command("mpiray.raynode.drain"), cluster.session.gcs_address, f"{seconds:.0f}", why,
                 *nodes]
         try:

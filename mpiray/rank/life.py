@@ -194,7 +194,7 @@ def drive(me: Rank, head: RankZero, leader: Leader) -> int:
 
 def watch(me: Rank, head: RankZero, leader: Leader) -> int:
     """While the leader runs: its end, a stop signal, --time-limit, the batch job's walltime, the cluster's
-    heart (head.lost()), lost worker nodes; head (head.Head, or joiner.Joiner) keeps the registry's
+    heart (head.lost()), lost worker nodes and hosts; head (head.Head, or joiner.Joiner) keeps the registry's
     heartbeat meanwhile."""
     config = me.config
     limits = time_limits(config, me.env.scheduler, head.batch_job, me.log)
@@ -226,6 +226,7 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
         while (event := me.comm.poll(tag=EVENT)) is not None:
             head.node_lost(event.source, event.payload)
         head.spare_reports()
+        head.hosts_lost()
 
 
 def time_limits(config: Config, scheduler: str, job: BatchJob, log: RankLog) -> list[Limit]:

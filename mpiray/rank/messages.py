@@ -34,7 +34,9 @@ PROBE = 11  # rank 0 -> each host's first rank that listens for the link check (
 PROBED = 12  # ... back to rank 0: what it measured (host.links.Figures)
 VERDICT = 13  # rank 0 -> each worker whose HELLO waits for it: what the pre-flight decided of its host (a Verdict)
 ACTIVATE = 14  # rank 0 -> every rank of a spare host, when a worker's Ray node was lost: start your node and join
-HEAD_GONE = 15  # within one host: its first rank found the head's host gone (worker.HeadWatch): end with 1 too
+HEAD_GONE = 15  # within one host: its first rank found the head's host gone (knock.PortWatch): end with 1 too
+HOST_LOST = 16  # rank 0 -> every rank it still hears: a worker host is gone (knock.PortWatch), these ranks with it
+MET = 17  # the last barrier without the ranks gone with their host: each other rank -> rank 0, then rank 0 -> each
 
 
 class Message(NamedTuple):
@@ -152,6 +154,7 @@ class Report:
     exit_code: int = 0  # with error: the code the whole job ends with
     cause: str = ""  # with error: what kind of failure (errors.LaunchError.cause)
     labels: dict = field(default_factory=dict)  # its Ray node's labels (raynode/labels.py), as `ray start` got them
+    knock_port: int = 0  # its raylet's port, which rank 0 knocks on while the job runs (knock.py); 0 with no node
 
 
 @dataclass(frozen=True)

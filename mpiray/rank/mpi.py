@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from array import array
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from mpi4py import MPI
 
@@ -43,9 +43,10 @@ class Comm:
         self._pending = [req for req in self._pending if not req.Test()]
         self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
-    def send_to_others(self, obj: Any, tag: int) -> None:
+    def send_to_others(self, obj: Any, tag: int, skip: Container[int] = ()) -> None:
+        """obj to every other rank, but those in skip (known gone)."""
         for dest in range(self.size):
-            if dest != self.rank:
+            if dest != self.rank and dest not in skip:
                 self.send(obj, dest, tag)
 
     def poll(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Message | None:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Iterable, NamedTuple, Protocol
 
 from mpiray.batch import environment
 from mpiray.config import Config
+from mpiray.deadline import Deadline
 from mpiray.errors import Shutdown
 from mpiray.host import resources
 from mpiray.host.portblocks import PortBlock
 from mpiray.logs.events import RankLog
 from mpiray.rank.contracts import Comm, OwnNode
-from mpiray.rank.messages import CONTROL, Cluster, Report, Session, versions
+from mpiray.rank.messages import CONTROL, MET, Cluster, Report, Session, versions
 from mpiray.rank.signals import StopRequest
 from mpiray.raynode import labels
 from mpiray.raynode.gcs import NodeInfo
@@ -51,6 +52,7 @@ class Rank:
     session: Session | None = None  # from rank 0
     port_block: PortBlock | None = None  # the host's first rank holds its ranks' ports
     all_met: bool = True  # every rank reached the last barrier (else MPI_Finalize would wait forever)
+    gone: set[int] = field(default_factory=set)  # the ranks known gone with their worker host (rank 0's HOST_LOST)
     hosts: int | None = None  # how many hosts the job's ranks are on (every rank counts them, in life.setup), where
     # the autoscaler needs it (--ray-node-per host); None where some rank did not count within --startup-timeout
 
@@ -84,9 +86,27 @@ class Rank:
         self.all_met = self.comm.barrier(timeout)
         return self.all_met
 
-    def peer_gone(self) -> None:
-        """A rank is known gone (the head's host): the last barrier is not waited for, nor MPI_Finalize called."""
+    def peer_gone(self, ranks: Iterable[int] = ()) -> None:
+        """A rank is known gone (the head's host; ranks: those of a worker host): no MPI_Finalize, whose closing PMI
+        barrier would wait for it forever; the last barrier is not waited for, or only among the others
+        (meet_without_gone) where the gone ranks are known."""
         self.all_met = False
+        self.gone.update(ranks)
+
+    def meet_without_gone(self, timeout: float) -> bool:
+        """The last barrier among the ranks not gone (MPI's own would wait for the gone): each tells rank 0 it is
+        there (MET) and rank 0, once all have, tells each of them; whether that happened within timeout. Polled, as
+        every wait is."""
+        deadline = Deadline.after(timeout)
+        others = [rank for rank in range(1, self.comm.size) if rank not in self.gone]
+        if self.rank != 0:
+            self.comm.send(True, 0, MET)
+            return self.comm.receive(0, MET, deadline) is not None
+        here = self.comm.receive_each(others, MET, deadline)
+        for rank in here:
+            self.comm.send(True, rank, MET)
+        self.comm.flush(max(deadline.remaining(), 1.0))
+        return len(here) == len(others)
 
     def log_started(self, job_id: str = "") -> None:
         """rank_started: what this rank runs on and under. job_id: the job's, where the session is not made yet."""
@@ -128,6 +148,7 @@ class Rank:
             exit_code=exit_code,
             cause=cause,
             labels=labels.started_with(spec.labels, spec.ray_labels) if node and (spec := self.own_node.spec) is not None else {},
+            knock_port=spec.ports.node_manager if node and (spec := self.own_node.spec) is not None else 0,
         )
 
 

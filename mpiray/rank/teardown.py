@@ -65,9 +65,14 @@ def head_stops_last(me: Rank) -> bool:
 
 
 def meet(me: Rank) -> None:
-    """The last barrier, unless a peer is known gone (all_met already False: the head's host): it would only
-    wait out its timeout."""
-    if not me.all_met or not me.meet_last(me.config.stop_grace + MEET_MARGIN):
+    """The last barrier; among the others where ranks are known gone with their worker host (me.gone); none where
+    the head's host is gone (all_met already False): it would only wait out its timeout."""
+    timeout = me.config.stop_grace + MEET_MARGIN
+    if me.gone:
+        met = me.meet_without_gone(timeout)
+    else:
+        met = me.all_met and me.meet_last(timeout)
+    if not met:
         me.log.event("peer_missing")
 
 

@@ -2,19 +2,19 @@
 report, then wait for rank 0's exit code, telling rank 0 if the node dies meanwhile (see head.py).
 
 A head whose host dies sends no exit code: each host's first rank knocks on the head's GCS port meanwhile
-(HeadWatch) and, once it has stayed unanswered longer than a GCS restart takes, ends its host's ranks with 1.
+(PortWatch) and, once it has stayed unanswered longer than a GCS restart takes, ends its host's ranks with 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, LaunchError, Shutdown, StartupTimeout
 from mpiray.rank import links, preflight
 from mpiray.rank.hostsplit import split_host
+from mpiray.rank.knock import PortWatch
 from mpiray.rank.messages import (
     ACTIVATE,
     CONTROL,
@@ -22,6 +22,7 @@ from mpiray.rank.messages import (
     EVENT,
     HEAD_GONE,
     HELLO,
+    HOST_LOST,
     JOIN,
     REPORT,
     SESSION,
@@ -36,41 +37,6 @@ from mpiray.rank.messages import (
 from mpiray.rank.nodestart import start_node
 from mpiray.rank.state import Rank
 from mpiray.rank.timings import DRIVER_POLL, HEAD_LOST_EXIT, RAY_STOP_GRACE, STARTUP_POLL
-from mpiray.raynode.gcs import gcs_answers
-
-HEAD_KNOCK_EVERY = 2.0  # seconds between a host's knocks on the head's GCS port while the job runs (one per host)
-# Unanswered this long in a row, the head's host is taken for gone: a GCS that dies and is started again
-# (--gcs-restarts) answers within ~1 s (0.4 s measured on the testbed).
-HEAD_SILENT_FOR = 10.0
-
-
-class HeadWatch:
-    """Whether the head's host is gone: its GCS port knocked on every HEAD_KNOCK_EVERY s, once it has answered
-    (an idle rank waits before the head is up); silent() is how long it has not answered, once that is
-    HEAD_SILENT_FOR or more. A port that refuses (the host's processes gone) and one that times out (a host
-    powered off, or cut off) count alike."""
-
-    def __init__(self, address: str, answers: Callable[[str, float], bool] = gcs_answers,
-                 clock: Callable[[], float] = time.monotonic):
-        self.address = address
-        self._answers, self._clock = answers, clock
-        self._next = clock()
-        self._armed = False  # it has answered once
-        self._since: float | None = None  # when the unanswered knocks began
-
-    def silent(self) -> float | None:
-        now = self._clock()
-        if now < self._next:
-            return None
-        self._next = now + HEAD_KNOCK_EVERY
-        if self._answers(self.address, HEAD_KNOCK_EVERY):
-            self._armed, self._since = True, None
-            return None
-        if not self._armed:
-            return None
-        self._since = now if self._since is None else self._since
-        silent = self._clock() - self._since
-        return silent if silent >= HEAD_SILENT_FOR else None
 
 
 class Worker:
@@ -183,8 +149,10 @@ class Worker:
                 self.send_settled()
             message = me.comm.poll(0, CONTROL)
             if message is not None:
+                self.hear_hosts_lost()  # rank 0 sent them before the code: the last barrier is without those ranks
                 me.log.event("job_ended", code=message.payload)
                 return message.payload
+            self.hear_hosts_lost()
             if not self.draining and (message := me.comm.poll(0, DRAINING)) is not None:
                 self.draining = True  # Ray ends this node at once if it is idle: expected, not a loss
                 me.log.event("node_draining", why=message.payload)
@@ -209,16 +177,22 @@ class Worker:
             time.sleep(interval)
             interval = min(DRIVER_POLL, interval * 1.5)
 
-    def head_watch(self) -> HeadWatch | None:
+    def hear_hosts_lost(self) -> None:
+        """Rank 0's word that a worker host is gone, with its ranks: they never reach the last barrier."""
+        while (message := self.me.comm.poll(0, HOST_LOST)) is not None:
+            self.me.log.event("host_lost", **message.payload)
+            self.me.peer_gone(message.payload["ranks"])
+
+    def head_watch(self) -> PortWatch | None:
         """The host's first rank's watch on the head's host; none in a job that joins another's cluster (its
         rank 0 watches that cluster) or in a dry run."""
         me = self.me
         session = me.current_session
         if me.host_comm.rank != 0 or session.own_job_id or me.config.dry_run:
             return None
-        return HeadWatch(session.gcs_address)
+        return PortWatch(session.gcs_address)
 
-    def head_gone(self, watch: HeadWatch | None) -> int | None:
+    def head_gone(self, watch: PortWatch | None) -> int | None:
         """HEAD_LOST_EXIT once the head's host is gone, as this host's watch found it (told to the host's other
         ranks) or its first rank said; the last barrier is then not waited for: rank 0 never reaches it."""
         me = self.me

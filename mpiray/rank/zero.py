@@ -14,8 +14,10 @@ from mpiray.errors import ConfigError, WorkerFailed, WorkersMissing
 from mpiray.logs import progress
 from mpiray.rank import links, preflight, spares
 from mpiray.rank.batchjob import BatchJob, read_batch_job
+from mpiray.rank.knock import PortWatch
 from mpiray.rank.messages import (
     CONTROL,
+    HOST_LOST,
     JOIN,
     REPORT,
     SETTLED,
@@ -51,6 +53,7 @@ class RankZero:
         self.targets_file: Path | None = None  # this job's nodes for Prometheus, while they run (publish_targets)
         self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
         self.spares = spares.Spares(me, [])  # --spares: the hosts that wait, started as nodes are lost
+        self.watches: dict[int, PortWatch] = {}  # each worker's raylet, knocked on while the job runs (knock.py)
 
     def start_own(self) -> NodeInfo:
         """This rank's own node ALIVE, the session sent to every worker on the way."""
@@ -111,6 +114,7 @@ class RankZero:
         print_summary(session.job_id, session.gcs_address, me.env.describe(), time.time() - me.started, reports=reports)
         if me.own_node.runs_ray:  # a planned cluster (--dry-run) has nothing to wait for, read or publish
             self.node_ranks = {r.rank for r in reports if r.node_id and r.rank != 0}
+            self.knock_on(reports)
             # After the start, off its critical path: a qstat under PBS.
             self.batch_job = read_batch_job(me.env, me.log, config.stop_grace, {r.rank: r.host for r in reports})
             cluster = dataclasses.replace(cluster, restart=self.batch_job.restart)
@@ -200,6 +204,7 @@ class RankZero:
 
     def node_lost(self, rank: int, message: str) -> None:
         """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits."""
+        self.watches.pop(rank, None)  # its port closed with its node: that is not its host's loss
         self.me.log.event("node_lost", peer=rank, message=message)
         self.spares.node_lost(rank)
 
@@ -208,6 +213,44 @@ class RankZero:
         while (message := self.me.comm.poll(tag=REPORT)) is not None:
             if self.spares.reported(message.payload):
                 self.node_ranks.add(message.source)
+                self.knock_on([message.payload])
+
+    def knock_on(self, reports: list[Report]) -> None:
+        """Watch these workers' raylets while the job runs: a host whose processes all died sends no EVENT."""
+        for report in reports:
+            if report.node_id and report.rank != 0 and report.knock_port:
+                # ALIVE when it reported: its raylet listened, so a host that dies before the first knock counts too.
+                self.watches[report.rank] = PortWatch(f"{report.node_ip}:{report.knock_port}", armed=True)
+
+    def hosts_lost(self) -> None:
+        """Each worker host found gone since the last look: a raylet unanswered for knock.SILENT_FOR s whose rank
+        said nothing of it (its host powered off, crashed, or cut off)."""
+        for rank, watch in list(self.watches.items()):
+            if rank in self.watches and (silent := watch.silent()) is not None:
+                self.host_lost(rank, watch.address, silent)
+
+    def unheard(self) -> set[int]:
+        """The ranks no message may go to now: those of the hosts gone, each watched raylet knocked on once more
+        first (a host may have died since the last knock: a send to its rank would hold this rank for good)."""
+        for rank, watch in list(self.watches.items()):
+            if rank in self.watches and not watch.answers_now():
+                self.host_lost(rank, watch.address, watch.silence())
+        return self.me.gone
+
+    def host_lost(self, rank: int, address: str, silent: float) -> None:
+        """A worker host is gone, with every rank on it: nothing is sent to them or waited for any more (no last
+        barrier with them, no MPI_Finalize: each rank still heard is told), and a spare host starts in its place."""
+        me = self.me
+        host = self.hellos[rank].host if rank in self.hellos else ""
+        ranks = sorted(r for r, hello in self.hellos.items() if hello.host == host) or [rank]
+        me.peer_gone(ranks)
+        self.node_ranks.difference_update(ranks)
+        for lost in ranks:
+            self.watches.pop(lost, None)
+        fields = {"peer_host": host, "ranks": ranks, "address": address, "silent": round(silent, 1)}
+        me.log.event("host_lost", **fields)
+        me.comm.send_to_others(fields, HOST_LOST, skip=self.unheard())  # another host may have gone with it
+        self.spares.node_lost(rank)
 
     def announce(self, code: int) -> None:
         """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""
@@ -216,7 +259,7 @@ class RankZero:
                 self.targets_file.unlink(missing_ok=True)
             except OSError as error:  # the exit code goes out whatever befell the file
                 self.me.log.event("metrics_targets_failed", path=str(self.targets_file), problem=str(error))
-        self.me.comm.send_to_others(code, CONTROL)
+        self.me.comm.send_to_others(code, CONTROL, skip=self.unheard())
 
 
 def _missing(me: Rank, answered: Container[int], hellos: dict[int, Hello]) -> list[dict]:

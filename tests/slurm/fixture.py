@@ -62,11 +62,13 @@ class Jobs:
             **extra,
         })
 
-    def srun(self, submit_dir: Path, nodes: int, *args: str, cpus: int = 2) -> list[str]:
+    def srun(self, submit_dir: Path, nodes: int, *args: str, cpus: int = 2, no_kill: bool = False) -> list[str]:
         """The launcher on nodes hosts, a rank each (pmi2), with args (its options, then "--" and a driver): the argv
-        of srun, from submit_dir, its job dir under submit_dir/logs."""
+        of srun, from submit_dir, its job dir under submit_dir/logs. no_kill: the job and step outlive a host that
+        dies (srun --no-kill, as jobs/slurm_multi_node.sh)."""
+        kill = ["--no-kill", "--kill-on-bad-exit=1"] if no_kill else []
         return ["srun", f"--job-name={self.name}", f"-N{nodes}", f"-n{nodes}", f"--cpus-per-task={cpus}", "--mpi=pmi2",
-                f"--chdir={submit_dir}", PYTHON, str(START_RAY), "--log-dir", str(submit_dir / "logs"), *args]
+                *kill, f"--chdir={submit_dir}", PYTHON, str(START_RAY), "--log-dir", str(submit_dir / "logs"), *args]
 
     def submit(self, script: Path, submit_dir: Path, env: dict[str, str], *options: str) -> str:
         """sbatch the script from submit_dir on the testbed's partition, from its login host (as a user submits);

@@ -89,6 +89,8 @@ SLURMCTLD_PORT = 16817
 SLURMD_PORT = 16818
 PARTITION = "testbed"
 KILL_WAIT_S = 10
+# A slurmd unheard this long is down: a step with a task on a dead host ends only then (srun --no-kill); Slurm's default is 300.
+SLURMD_TIMEOUT_S = 60
 MIN_JOB_AGE_S = 10
 UP_TIMEOUT_S = 60.0
 # A bare mpi4py program on the MPICH wheel under srun --mpi=pmi2 needs MPICH's ofi netmod over libfabric's tcp
@@ -320,7 +322,7 @@ def slurm_conf(testbed: Testbed, controller_host: str) -> str:
         # scontrol after ~10 s; `sacct --completion` keeps them.
         f"MinJobAge={MIN_JOB_AGE_S}",
         "InactiveLimit=0",
-        "SlurmdTimeout=60",
+        f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
         # No slurmdbd: `sacct --completion` reads the job completion file instead.
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",

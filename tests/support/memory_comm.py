@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from mpiray.config import Config
 from mpiray.deadline import Deadline, poll_until
@@ -53,9 +53,9 @@ class MemoryComm:
     def progress(self) -> None:
         pass  # sends complete at once
 
-    def send_to_others(self, obj: Any, tag: int) -> None:
+    def send_to_others(self, obj: Any, tag: int, skip: Container[int] = ()) -> None:
         for dest in range(self.size):
-            if dest != self.rank:
+            if dest != self.rank and dest not in skip:
                 self.send(obj, dest, tag)
 
     def poll(self, source: int | None = None, tag: int | None = None) -> Message | None:

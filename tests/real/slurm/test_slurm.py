@@ -287,6 +287,64 @@ def test_the_head_host_powered_off_ends_every_other_rank_with_1_and_leaves_nothi
         time.sleep(0.5)
 
 
+WORKER_HOST_LOST_WITHIN_S = 30  # from the power loss to the other ranks' exit, the driver ending at once (#61)
+
+
+def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_leaves_nothing(slurm_testbed, jobs,
+                                                                                             tmp_path, capsys, request):
+    """`srun --no-kill`: a worker's host loses power (every process of it at once) and the driver exits 3 right
+    after, before rank 0's knocks have found the host silent for long. Rank 0 knocks once more before it sends the
+    exit code and leaves that host's rank out (host_lost), rather than send to it (MPICH was seen to spin in that
+    send for good); the other ranks meet without it and exit 3 within WORKER_HOST_LOST_WITHIN_S, nothing of the job
+    is left on their hosts, and srun returns 3 once Slurm has declared the host down (SlurmdTimeout)."""
+    bed = slurm_testbed
+    lost = bed.nodes[1]
+    go = tmp_path / "go"
+    driver = (f"import os, sys, time; print('DRIVER UP', flush=True)\nwhile not os.path.exists({str(go)!r}): "
+              "time.sleep(0.1)\nsys.exit(3)")
+    out = tmp_path / "srun.out"
+    before = {node.name: set(netns.processes_on(node)) for node in bed.nodes if node is not lost}
+    argv = jobs.srun(tmp_path, 3, "--", PYTHON, "-c", driver, no_kill=True)
+    with open(out, "w") as sink:
+        step = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
+    try:
+        wait_for_text(tmp_path, "srun.out", "DRIVER UP")
+        (job_dir,) = (tmp_path / "logs").iterdir()
+        jobs.ids.append(job_dir.name)
+        powered_off = time.time()
+        netns.power_off(lost)
+        go.touch()
+        deadline = time.monotonic() + WORKER_HOST_LOST_WITHIN_S + 30
+        while not all(exit_event(job_dir, rank) for rank in (0, 2)):
+            assert time.monotonic() < deadline, out.read_text()[-3000:]
+            time.sleep(0.5)
+        code = step.wait(testbed.SLURMD_TIMEOUT_S + 60)
+    finally:
+        testbed.start_slurmd(bed, lost, detach=True)
+        if step.poll() is None:
+            step.kill()
+        step.wait(30)
+    assert code == 3, out.read_text()[-3000:]
+    took = max(exit_event(job_dir, rank)["time"] for rank in (0, 2)) - powered_off
+    assert took < WORKER_HOST_LOST_WITHIN_S, took
+    assert [exit_event(job_dir, rank)["fields"]["code"] for rank in (0, 2)] == [3, 3]
+    (host_lost,) = [r["fields"] for r in read_events(job_dir / "rank-0000.jsonl") if r["event"] == "host_lost"]
+    assert host_lost["peer_host"] == lost.name and host_lost["ranks"] == [1], host_lost
+    assert not [r for rank in (0, 2) for r in read_events(job_dir / f"rank-{rank:04d}.jsonl")
+                if r["event"] == "peer_missing"]  # the two met without the lost one
+    for node in bed.nodes:
+        if node is not lost:  # the ranks and their Ray gone: what is left of the job there is its slurmstepd
+            left = [(pid, name) for pid in set(netns.processes_on(node)) - before[node.name]
+                    if (name := process_name(pid)) not in ("slurmstepd", "")]
+            assert not left, (node.name, left)
+    show_timings(capsys, request, lost_to_last_rank_exit=took)
+    jobs.wait_until_gone(job_dir.name)
+    deadline = time.monotonic() + 120  # the lost host back for the next test: Slurm marked it down meanwhile
+    while bed.node_states().get(lost.name) != "idle":
+        assert time.monotonic() < deadline, bed.node_states()
+        time.sleep(0.5)
+
+
 def exit_event(job_dir: Path, rank: int) -> dict | None:
     log = job_dir / f"rank-{rank:04d}.jsonl"
     records = read_events(log) if log.exists() else []

@@ -1,0 +1,61 @@
+"""Whether another host is still there, asked with no MPI call: a knock (a TCP connect, closed at once) on a port of its
+Ray every KNOCK_EVERY s. MPI cannot say it: a rank blocked in a call with a dead host stays blocked, and an MPI
+that notices aborts the whole job.
+
+Both ends of the job knock. Each worker host's first rank knocks on the head's GCS port (worker.py: the head's host
+gone ends every rank with 1); rank 0 knocks on each worker node's raylet port (zero.py: a worker host gone is left
+out and a spare takes its place). A port that refuses (the host's processes gone) and one that times out (a host
+powered off, or cut off) count alike.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from mpiray.raynode.gcs import gcs_answers
+
+KNOCK_EVERY = 2.0  # seconds between knocks on one port (a knock waits at most this long for its answer)
+# Unanswered this long in a row, the host is taken for gone: a GCS that dies and is started again (--gcs-restarts)
+# answers within ~1 s (0.4 s measured on the testbed); a raylet's port never closes while its node lives.
+SILENT_FOR = 10.0
+
+
+class PortWatch:
+    """One host's port, knocked on every KNOCK_EVERY s, judged once it has answered (an idle rank waits before the
+    head is up) or from the start where it is known open (armed: a raylet whose node was reported ALIVE); silent()
+    is how long it has not answered, once that is SILENT_FOR or more."""
+
+    def __init__(self, address: str, answers: Callable[[str, float], bool] = gcs_answers,
+                 clock: Callable[[], float] = time.monotonic, *, armed: bool = False):
+        self.address = address
+        self._answers, self._clock = answers, clock
+        self._next = clock()
+        self._armed = armed  # it has answered once, or is known to listen
+        self._since: float | None = None  # when the unanswered knocks began
+
+    def silent(self) -> float | None:
+        now = self._clock()
+        if now < self._next:
+            return None
+        self._next = now + KNOCK_EVERY
+        if self._answers(self.address, KNOCK_EVERY):
+            self._armed, self._since = True, None
+            return None
+        if not self._armed:
+            return None
+        self._since = now if self._since is None else self._since
+        silent = self._clock() - self._since
+        return silent if silent >= SILENT_FOR else None
+
+    def answers_now(self) -> bool:
+        """One knock now, out of turn: False where a port that answered before does not (however short its
+        silence), before a message that would go to its host: MPICH's send to a rank whose host is gone was seen
+        to spin in MPI_Isend for good."""
+        if self._answers(self.address, KNOCK_EVERY):
+            return True
+        return not self._armed
+
+    def silence(self) -> float:
+        """Seconds since the unanswered knocks began (0: none so far)."""
+        return 0.0 if self._since is None else self._clock() - self._since
