@@ -41,7 +41,7 @@ echo "job $SLURM_JOB_ID: Ray from $MPIRAY_CONTAINER on $SLURM_JOB_NUM_NODES node
 # Before any node starts, every rank starts the image once: a runtime or image that does not run on a node
 # stops the job with exit code 2 and the runtime's words (image_failed); other Ray versions: version_skew.
 code=0
-srun --mpi=pmi2 --kill-on-bad-exit=1 \
+srun --mpi=pmi2 --kill-on-bad-exit=1 --no-kill \
      --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
      python "$MPIRAY_DIR/start_ray.py" --log-dir "$SLURM_SUBMIT_DIR/logs" || code=$?
 

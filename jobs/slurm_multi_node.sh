@@ -65,8 +65,13 @@ echo "job $SLURM_JOB_ID: Ray on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST)
 #                        MPICH over UCX under pmi2 can fail in MPI_Init with "mpi/pmi2: invalid
 #                        client request": on the PyPI MPICH wheel mpiray picks the ofi netmod by
 #                        itself; for a site MPICH see docs/troubleshooting.md, mpi_init.
-# --kill-on-bad-exit=1   a rank that dies (its node fails) ends the step, rather than leaving
+# --kill-on-bad-exit=1   a rank that exits with an error ends the step, rather than leaving
 #                        the others to wait for it.
+# --no-kill              a host that dies outright (power, crash) does not end the step: mpiray
+#                        finds it gone (host_lost), leaves it out, and starts a spare in its place.
+#                        The job itself outlives the host only when submitted with sbatch's
+#                        --no-kill too; without it Slurm ends it once the host is down (SlurmdTimeout)
+#                        and, with --requeue, starts it again. Use both with MPIRAY_SPARES=1 or more.
 # --cpus-per-task        repeated: since Slurm 22.05 srun no longer inherits it from sbatch.
 #
 # Stopping early: `scancel --signal=TERM JOBID` gives the ranks the same notice as the time
@@ -74,7 +79,7 @@ echo "job $SLURM_JOB_ID: Ray on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST)
 # stop Ray, and the job ends by itself with code 143. A plain `scancel JOBID` sends SIGTERM too,
 # but Slurm follows with SIGKILL after KillWait (`scontrol show config | grep KillWait`).
 code=0
-srun --mpi=pmi2 --kill-on-bad-exit=1 \
+srun --mpi=pmi2 --kill-on-bad-exit=1 --no-kill \
      --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
      python "$MPIRAY_DIR/start_ray.py" --log-dir "$SLURM_SUBMIT_DIR/logs" || code=$?
 

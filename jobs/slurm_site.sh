@@ -26,12 +26,13 @@ echo "job $SLURM_JOB_ID: Ray on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST)
      "and $gpus GPUs each, site ${MPIRAY_SITE:-none}"
 
 # srun: --mpi makes the ranks one MPI world (without it each rank is alone, and the launcher stops
-# saying so); --kill-on-bad-exit=1 ends the step when a rank dies; --cpus-per-task again, since Slurm
-# 22.05 srun does not inherit it from sbatch. The job step gets the job's GPUs. No fixed waits, no
-# cluster password, no `ray stop`: see jobs/slurm_multi_node.sh. `scancel --signal=TERM JOBID` gives
-# the driver MPIRAY_STOP_GRACE seconds.
+# saying so); --kill-on-bad-exit=1 ends the step when a rank exits with an error; --no-kill keeps it
+# past a host that dies outright (sbatch --no-kill keeps the job: see jobs/slurm_multi_node.sh);
+# --cpus-per-task again, since Slurm 22.05 srun does not inherit it from sbatch. The job step gets
+# the job's GPUs. No fixed waits, no cluster password, no `ray stop`: see jobs/slurm_multi_node.sh.
+# `scancel --signal=TERM JOBID` gives the driver MPIRAY_STOP_GRACE seconds.
 code=0
-srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 \
+srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --no-kill \
      --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
      python "$MPIRAY_DIR/start_ray.py" --log-dir "$SLURM_SUBMIT_DIR/logs" || code=$?
 
