@@ -189,8 +189,8 @@ OPTIONS = (
            "and more than the job has is bad input (exit 2)", values.count, shown_default="2, or every node of a "
            "smaller job"),
     Option("spares", 0, "healthy worker hosts kept out of the cluster at start (after the pre-flight's exclusions), "
-           "so that it has a known size: when a worker's Ray node is lost while its rank lives, a spare host starts "
-           "its nodes and joins; at most the job's hosts but one", values.count),
+           "so that it has a known size: when a worker's Ray node is lost while its rank lives, or its whole host "
+           "(srun --no-kill), a spare host starts its nodes and joins; at most the job's hosts but one", values.count),
     Option("gcs_restarts", 3, "the head's GCS, where it dies, is started again on the same port and session this many "
            "times, its tables kept on the head's node-local disk (Ray's RocksDB store, Ray 2.60 and later): the "
            "nodes, actors and driver carry on; 0: a GCS that dies ends the job (exit 1), as on an older Ray",

@@ -1,5 +1,6 @@
 """Spare hosts (--spares K): healthy worker hosts kept out of the cluster at start, so that it has a known size, each
-started when a worker's Ray node is lost while its rank lives (its raylet killed, out of memory, its GPU gone).
+started when a worker's Ray node is lost while its rank lives (its raylet killed, out of memory, its GPU gone), or its
+whole host.
 
 Rank 0 chooses them once the pre-flight has judged (after the hosts it left out): the last K worker hosts in rank
 order, never its own. Their ranks split nothing and start nothing; each waits (worker.py) for ACTIVATE. When a
@@ -7,8 +8,9 @@ worker reports its node lost (EVENT), rank 0 sends the next spare host's ranks A
 start their nodes and join the head at once (it is up), report as at the start, and the driver sees the cluster
 back at its size.
 
-What spares cannot cover: a host that dies under MPI ends the job step (srun, mpiexec): the batch system's requeue is
-the answer there (docs/batch-systems.md).
+A worker host that dies outright sends no EVENT: rank 0 finds its raylet silent (knock.py, zero.RankZero.hosts_lost)
+and starts a spare the same way. Under srun the step outlives the host with --no-kill; under mpirun, not tested (the
+launcher's daemon there dies with it, and Hydra ends the job when it loses one).
 """
 
 from __future__ import annotations
