@@ -31,6 +31,7 @@ from mpiray.rank.messages import (
     VERDICT,
     HostPlan,
     Idle,
+    Message,
     Verdict,
     resource_fields,
 )
@@ -142,20 +143,13 @@ class Worker:
         while True:
             if (code := self.head_gone(watch)) is not None:
                 return code
-            if self.spare and me.comm.poll(0, ACTIVATE) is not None:
-                self.activate()
-            me.comm.poll(0, JOIN)  # an idle rank has no node to let go: drop its slot
+            # One probe for whatever rank 0 sent meanwhile, in the order it sent it (HOST_LOST before CONTROL): each
+            # probe drives MPICH's progress engine, slow once a peer is gone (the head's host: its HEAD_GONE waits).
+            while (message := me.comm.poll(0)) is not None:
+                if (code := self.hear(message)) is not None:
+                    return code
             if not self.settled and me.own_node.describe_once_started():
                 self.send_settled()
-            message = me.comm.poll(0, CONTROL)
-            if message is not None:
-                self.hear_hosts_lost()  # rank 0 sent them before the code: the last barrier is without those ranks
-                me.log.event("job_ended", code=message.payload)
-                return message.payload
-            self.hear_hosts_lost()
-            if not self.draining and (message := me.comm.poll(0, DRAINING)) is not None:
-                self.draining = True  # Ray ends this node at once if it is idle: expected, not a loss
-                me.log.event("node_draining", why=message.payload)
             if not reported_death and (fields := me.own_node.ended()) is not None:
                 reported_death = True
                 if self.draining:
@@ -177,11 +171,21 @@ class Worker:
             time.sleep(interval)
             interval = min(DRIVER_POLL, interval * 1.5)
 
-    def hear_hosts_lost(self) -> None:
-        """Rank 0's word that a worker host is gone, with its ranks: they never reach the last barrier."""
-        while (message := self.me.comm.poll(0, HOST_LOST)) is not None:
-            self.me.log.event("host_lost", **message.payload)
-            self.me.peer_gone(message.payload["ranks"])
+    def hear(self, message: Message) -> int | None:
+        """What rank 0 said while the job runs; the exit code, once it sends it (CONTROL)."""
+        me = self.me
+        if message.tag == CONTROL:
+            me.log.event("job_ended", code=message.payload)
+            return message.payload
+        if message.tag == HOST_LOST:  # a worker host is gone: its ranks never reach the last barrier
+            me.log.event("host_lost", **message.payload)
+            me.peer_gone(message.payload["ranks"])
+        elif message.tag == DRAINING and not self.draining:
+            self.draining = True  # Ray ends this node at once if it is idle: expected, not a loss
+            me.log.event("node_draining", why=message.payload)
+        elif message.tag == ACTIVATE and self.spare:
+            self.activate()
+        return None  # JOIN: an idle rank has no node to let go, its slot dropped
 
     def head_watch(self) -> PortWatch | None:
         """The host's first rank's watch on the head's host; none in a job that joins another's cluster (its
