@@ -249,12 +249,8 @@ def test_the_head_host_powered_off_ends_every_other_rank_with_1_and_leaves_nothi
     argv = ["srun", f"--job-name={jobs.name}", "-N3", "-n6", "--ntasks-per-node=2", "--mpi=pmi2",
             "--kill-on-bad-exit=1", f"--chdir={tmp_path}", PYTHON, str(START_RAY), "--log-dir", str(tmp_path / "logs"),
             "--", PYTHON, "-c", "import time; print('DRIVER UP', flush=True); time.sleep(600)"]
-    with open(out, "w") as sink:
-        step = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
+    step, job_dir = driver_up(bed, jobs, argv, tmp_path)
     try:
-        wait_for_text(tmp_path, "srun.out", "DRIVER UP")
-        (job_dir,) = (tmp_path / "logs").iterdir()
-        jobs.ids.append(job_dir.name)
         powered_off = time.time()
         netns.power_off(head)
         survivors = range(2, 6)  # ranks 0-1 on the head's host, 2-3 and 4-5 on the others (-n6, 2 per node)
@@ -305,12 +301,8 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
     out = tmp_path / "srun.out"
     before = {node.name: set(netns.processes_on(node)) for node in bed.nodes if node is not lost}
     argv = jobs.srun(tmp_path, 3, "--", PYTHON, "-c", driver, no_kill=True)
-    with open(out, "w") as sink:
-        step = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
+    step, job_dir = driver_up(bed, jobs, argv, tmp_path)
     try:
-        wait_for_text(tmp_path, "srun.out", "DRIVER UP")
-        (job_dir,) = (tmp_path / "logs").iterdir()
-        jobs.ids.append(job_dir.name)
         powered_off = time.time()
         netns.power_off(lost)
         go.touch()
@@ -343,6 +335,21 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
     while bed.node_states().get(lost.name) != "idle":
         assert time.monotonic() < deadline, bed.node_states()
         time.sleep(0.5)
+
+
+def driver_up(bed, jobs, argv: list[str], tmp_path: Path) -> tuple[psutil.Popen, Path]:
+    """The step started (its output in tmp_path/srun.out) once its driver has said DRIVER UP, and its job dir."""
+    with open(tmp_path / "srun.out", "w") as sink:
+        step = psutil.Popen(argv, env=bed.env(), stdout=sink, stderr=sink)
+    try:
+        wait_for_text(tmp_path, "srun.out", "DRIVER UP")
+        (job_dir,) = (tmp_path / "logs").iterdir()
+    except BaseException:
+        step.kill()
+        step.wait(30)
+        raise
+    jobs.ids.append(job_dir.name)
+    return step, job_dir
 
 
 def exit_event(job_dir: Path, rank: int) -> dict | None:
