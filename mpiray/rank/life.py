@@ -29,7 +29,7 @@ from mpiray.rank import preflight, teardown
 from mpiray.rank.batchjob import BatchJob, walltime_stop
 from mpiray.rank.contracts import Comm, OwnNode
 from mpiray.rank.head import DRAIN_NOTICE, Head
-from mpiray.rank.messages import EVENT, LOCAL, REPORT
+from mpiray.rank.messages import LOCAL, REPORT
 from mpiray.rank.ownnode import RealNode
 from mpiray.rank.plannednode import NodeContext, PlannedNode
 from mpiray.rank.signals import StopRequest
@@ -223,8 +223,7 @@ def watch(me: Rank, head: RankZero, leader: Leader) -> int:
             # Without its GCS the driver cannot checkpoint through Ray, and ray.shutdown() hangs.
             leader.stop(min(config.stop_grace, RAY_STOP_GRACE), lost.code)
             return lost.code
-        while (event := me.comm.poll(tag=EVENT)) is not None:
-            head.node_lost(event.source, event.payload)
+        head.hear_events()
         head.spare_reports()
         head.hosts_lost()
 

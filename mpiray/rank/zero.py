@@ -17,6 +17,7 @@ from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.knock import PortWatch
 from mpiray.rank.messages import (
     CONTROL,
+    EVENT,
     HOST_LOST,
     JOIN,
     REPORT,
@@ -36,6 +37,10 @@ from mpiray.rank.timings import STARTUP_POLL
 from mpiray.raynode import labels
 from mpiray.raynode.gcs import NodeInfo
 
+# How long a worker whose node died takes to say so (EVENT: its wait loop looks every DRIVER_POLL s), at most: a port
+# unanswered once (a knock before a message goes out) is its host's loss only past that.
+EVENT_GRACE = 1.0
+
 
 class RankZero:
     """What rank 0 does whoever's cluster its job's nodes make: its own node up (start_own, the subclass's),
@@ -54,6 +59,7 @@ class RankZero:
         self.beat = 0.0  # time.monotonic() of the last heartbeat in the registry
         self.spares = spares.Spares(me, [])  # --spares: the hosts that wait, started as nodes are lost
         self.watches: dict[int, PortWatch] = {}  # each worker's raylet, knocked on while the job runs (knock.py)
+        self.judging = False  # unheard() is judging the ports that did not answer
 
     def start_own(self) -> NodeInfo:
         """This rank's own node ALIVE, the session sent to every worker on the way."""
@@ -206,7 +212,14 @@ class RankZero:
         """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits."""
         self.watches.pop(rank, None)  # its port closed with its node: that is not its host's loss
         self.me.log.event("node_lost", peer=rank, message=message)
-        self.spares.node_lost(rank)
+        self.start_spare(rank)
+
+    def start_spare(self, rank: int) -> None:
+        """The next spare host that is still there started in place of rank's node; its Beacon then closes, and its
+        raylet is knocked on once it reports (spare_reports)."""
+        self.unheard()  # a spare host gone meanwhile is forgotten, never sent ACTIVATE
+        for started in self.spares.node_lost(rank):
+            self.watches.pop(started, None)
 
     def spare_reports(self) -> None:
         """The started spares' reports: a node that joined is one of the job's (teardown waits for it)."""
@@ -216,10 +229,11 @@ class RankZero:
                 self.knock_on([message.payload])
 
     def knock_on(self, reports: list[Report]) -> None:
-        """Watch these workers' raylets while the job runs: a host whose processes all died sends no EVENT."""
+        """Watch these workers' raylets (or a waiting spare's Beacon) while the job runs: a host whose processes all
+        died sends no EVENT."""
         for report in reports:
-            if report.node_id and report.rank != 0 and report.knock_port:
-                # ALIVE when it reported: its raylet listened, so a host that dies before the first knock counts too.
+            if report.rank != 0 and report.knock_port:
+                # It listened when it reported (a node ALIVE): a host that dies before the first knock counts too.
                 self.watches[report.rank] = PortWatch(f"{report.node_ip}:{report.knock_port}", armed=True)
 
     def hosts_lost(self) -> None:
@@ -229,17 +243,36 @@ class RankZero:
             if rank in self.watches and (silent := watch.silent()) is not None:
                 self.host_lost(rank, watch.address, silent)
 
+    def hear_events(self) -> None:
+        """What the workers said while the job runs: a Ray node lost while its rank lives (EVENT)."""
+        while (event := self.me.comm.poll(tag=EVENT)) is not None:
+            self.node_lost(event.source, event.payload)
+
     def unheard(self) -> set[int]:
-        """The ranks no message may go to now: those of the hosts gone, each watched raylet knocked on once more
-        first (a host may have died since the last knock: a send to its rank would hold this rank for good)."""
-        for rank, watch in list(self.watches.items()):
-            if rank in self.watches and not watch.answers_now():
-                self.host_lost(rank, watch.address, watch.silence())
+        """The ranks no message may go to now: those of the hosts gone, each watched port knocked on once more first
+        (a host may have died since the last knock: a send to its rank would hold this rank for good). A port that
+        does not answer is its host's loss only if its rank has not said within EVENT_GRACE that its node died."""
+        if self.judging:  # asked again while it judges (node_lost starts a spare): the answer comes from there
+            return self.me.gone
+        self.judging = True
+        try:
+            silent = [rank for rank, watch in list(self.watches.items()) if not watch.answers_now()]
+            deadline = Deadline.after(EVENT_GRACE if silent else 0)
+            while not deadline.expired():
+                self.hear_events()
+                time.sleep(STARTUP_POLL)
+            self.hear_events()
+            for rank in silent:
+                if rank in self.watches:
+                    self.host_lost(rank, self.watches[rank].address, self.watches[rank].silence())
+        finally:
+            self.judging = False
         return self.me.gone
 
     def host_lost(self, rank: int, address: str, silent: float) -> None:
         """A worker host is gone, with every rank on it: nothing is sent to them or waited for any more (no last
-        barrier with them, no MPI_Finalize: each rank still heard is told), and a spare host starts in its place."""
+        barrier with them, no MPI_Finalize: each rank still heard is told), and a spare host starts in its place (a
+        waiting spare's host that is gone is forgotten instead)."""
         me = self.me
         host = self.hellos[rank].host if rank in self.hellos else ""
         ranks = sorted(r for r, hello in self.hellos.items() if hello.host == host) or [rank]
@@ -247,10 +280,14 @@ class RankZero:
         self.node_ranks.difference_update(ranks)
         for lost in ranks:
             self.watches.pop(lost, None)
-        fields = {"peer_host": host, "ranks": ranks, "address": address, "silent": round(silent, 1)}
+        spare = self.spares.waits(rank)
+        fields = {"peer_host": host, "ranks": ranks, "address": address, "silent": round(silent, 1), "spare": spare}
         me.log.event("host_lost", **fields)
         me.comm.send_to_others(fields, HOST_LOST, skip=self.unheard())  # another host may have gone with it
-        self.spares.node_lost(rank)
+        if spare:
+            self.spares.forget(ranks)
+        else:
+            self.start_spare(rank)
 
     def announce(self, code: int) -> None:
         """The job's exit code, to every rank (teardown.py); this job's nodes off Prometheus's list first."""
