@@ -175,8 +175,10 @@ KINDS = event_kinds(
     script_stuck=(ERROR, "the script did not end within {grace:g} s of being told to: ending this process "
                          "without it"),
     node_lost=(WARNING, "rank {peer}'s Ray node is gone: {message}"),
-    host_lost=(WARNING, "worker host {peer_host} is gone (its raylet at {address} has not answered for {silent:g} s), "
-                        "with ranks {ranks}: the job goes on without them"),
+    host_lost=(WARNING, "worker host {peer_host} is gone ({address} has not answered for {silent:g} s), with ranks "
+                        "{ranks}: the job goes on without them"),
+    beacon_failed=(WARNING, "this spare host gives rank 0 no port to knock on ({problem}): if it dies while it waits, "
+                            "rank 0's message to start it may hold rank 0"),
     driver_log_incomplete=(WARNING, "driver.log is incomplete ({problem}; {dropped} lines not written): the "
                                     "driver's output went to this job's stdout/stderr only"),
     # -- failures ------------------------------------------------------------------------------

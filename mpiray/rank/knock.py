@@ -3,13 +3,14 @@ Ray every KNOCK_EVERY s. MPI cannot say it: a rank blocked in a call with a dead
 that notices aborts the whole job.
 
 Both ends of the job knock. Each worker host's first rank knocks on the head's GCS port (worker.py: the head's host
-gone ends every rank with 1); rank 0 knocks on each worker node's raylet port (zero.py: a worker host gone is left
-out and a spare takes its place). A port that refuses (the host's processes gone) and one that times out (a host
-powered off, or cut off) count alike.
+gone ends every rank with 1); rank 0 knocks on each worker node's raylet port and on each waiting spare host's Beacon
+(zero.py: a worker host gone is left out and a spare takes its place; a spare gone is not started). A port that
+refuses (the host's processes gone) and one that times out (a host powered off, or cut off) count alike.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Callable
 
@@ -59,3 +60,24 @@ class PortWatch:
     def silence(self) -> float:
         """Seconds since the unanswered knocks began (0: none so far)."""
         return 0.0 if self._since is None else self._clock() - self._since
+
+
+class Beacon:
+    """A port for rank 0 to knock on where a host has no Ray node yet (a spare that waits): a listening socket whose
+    knocks are taken off its queue (take()) as the rank's wait loop goes round, so that the queue never fills."""
+
+    def __init__(self, ip: str):
+        self._socket = socket.create_server((ip, 0), backlog=64)
+        self._socket.setblocking(False)
+        self.ip, self.port = ip, self._socket.getsockname()[1]
+
+    def take(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:  # BlockingIOError: none waiting
+                return
+            connection.close()
+
+    def close(self) -> None:
+        self._socket.close()

@@ -9,7 +9,8 @@ start their nodes and join the head at once (it is up), report as at the start, 
 back at its size.
 
 A worker host that dies outright sends no EVENT: rank 0 finds its raylet silent (knock.py, zero.RankZero.hosts_lost)
-and starts a spare the same way. Under srun the step outlives the host with --no-kill; under mpirun, not tested (the
+and starts a spare the same way. A waiting spare's host is knocked on too (its first rank's knock.Beacon): one that
+is gone is forgotten, never sent ACTIVATE. Under srun the step outlives the host with --no-kill; under mpirun, not tested (the
 launcher's daemon there dies with it, and Hydra ends the job when it loses one).
 """
 
@@ -53,18 +54,26 @@ class Spares:
         self.waiting = list(waiting)
         self.activated: dict[int, float] = {}  # rank -> time.monotonic() of its ACTIVATE, until it reports
 
-    def node_lost(self, rank: int) -> None:
-        """A worker's node was lost: start the next spare host, if one waits."""
+    def node_lost(self, rank: int) -> list[int]:
+        """A worker's node was lost: start the next spare host, if one waits; its ranks (none if none waits)."""
         me = self.me
         if not self.waiting:
             if me.config.spares:
                 me.log.event("no_spare_left", peer=rank)
-            return
+            return []
         ranks = self.waiting.pop(0)
         for spare in ranks:
             me.comm.send(None, spare, ACTIVATE)
             self.activated[spare] = time.monotonic()
         me.log.event("spare_activated", peer=rank, ranks=ranks, left=len(self.waiting))
+        return ranks
+
+    def waits(self, rank: int) -> bool:
+        return any(rank in ranks for ranks in self.waiting)
+
+    def forget(self, ranks: list[int]) -> None:
+        """A waiting spare host is gone (its Beacon silent): never started."""
+        self.waiting = [host for host in self.waiting if not set(host) & set(ranks)]
 
     def reported(self, report: Report) -> bool:
         """A started spare's report: its node joined (True), or why it did not."""

@@ -12,9 +12,10 @@ import time
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, LaunchError, Shutdown, StartupTimeout
+from mpiray.host import network
 from mpiray.rank import links, preflight
 from mpiray.rank.hostsplit import split_host
-from mpiray.rank.knock import PortWatch
+from mpiray.rank.knock import Beacon, PortWatch
 from mpiray.rank.messages import (
     ACTIVATE,
     CONTROL,
@@ -32,6 +33,7 @@ from mpiray.rank.messages import (
     HostPlan,
     Idle,
     Message,
+    Report,
     Verdict,
     resource_fields,
 )
@@ -48,6 +50,7 @@ class Worker:
         self.settled = False  # told rank 0 that its `ray start` is done starting
         self.draining = False  # rank 0 told it that Ray drains its node (the walltime): its end is no loss
         self.spare = False  # its host waits as a spare (--spares) until rank 0's ACTIVATE
+        self.beacon: Beacon | None = None  # while its host waits as a spare: where rank 0 knocks (knock.py)
 
     def serve(self) -> int:
         self.follow()
@@ -86,7 +89,7 @@ class Worker:
         if isinstance(plan, Idle) and plan.spare:  # its node starts when rank 0 says (ACTIVATE: wait_for_end)
             self.spare = True
             me.log.event("spare_waiting")
-            me.comm.send(me.report(), 0, REPORT)
+            me.comm.send(self.waiting_report(), 0, REPORT)
             return
         if isinstance(plan, Idle):  # one Ray node per host, not this rank's; or a refused host
             me.go_idle()
@@ -97,6 +100,20 @@ class Worker:
             me.comm.send(me.report(), 0, REPORT)
             return
         self.start(plan, joins_now=False)
+
+    def waiting_report(self) -> Report:
+        """A spare's report while it waits: where rank 0 may knock on its host (its first rank's Beacon, on the
+        address its node will advertise), so that rank 0 never sends to a spare whose host is gone."""
+        me = self.me
+        if me.host_comm.rank != 0 or me.config.dry_run:
+            return me.report()
+        ip = network.worker_address(me.config.interface, me.current_session.head_ip, me.config.address_rule)
+        try:
+            self.beacon = Beacon(ip)
+        except OSError as error:
+            me.log.event("beacon_failed", problem=f"cannot listen on {ip}: {error}")
+            return me.report()
+        return dataclasses.replace(me.report(), node_ip=ip, knock_port=self.beacon.port)
 
     def start(self, plan: HostPlan, joins_now: bool) -> None:
         """This rank's node started, ALIVE and reported; joins_now: a spare's, whose head is up (no join slot)."""
@@ -116,6 +133,9 @@ class Worker:
         started and joined; a failure is reported, and the job goes on. Its start-up deadline counts from now."""
         me = self.me
         self.spare = False
+        if self.beacon is not None:  # rank 0 knocks on its node's raylet from now
+            self.beacon.close()
+            self.beacon = None
         me.log.event("spare_started")
         me.enter(dataclasses.replace(me.current_session, started=time.time()))
         try:
@@ -148,6 +168,8 @@ class Worker:
             while (message := me.comm.poll(0)) is not None:
                 if (code := self.hear(message)) is not None:
                     return code
+            if self.beacon is not None:
+                self.beacon.take()
             if not self.settled and me.own_node.describe_once_started():
                 self.send_settled()
             if not reported_death and (fields := me.own_node.ended()) is not None:

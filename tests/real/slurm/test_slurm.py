@@ -342,6 +342,50 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
         time.sleep(0.5)
 
 
+def test_a_waiting_spare_host_powered_off_is_forgotten_and_the_job_ends_with_its_drivers_code(slurm_testbed, jobs,
+                                                                                               tmp_path):
+    """`--spares 1` under `srun --no-kill`: the spare host, which runs no Ray while it waits, loses power. Rank 0
+    knocks on the port its first rank listens on, finds it gone (host_lost, spare true) and forgets it; the driver
+    then exits 0 and rank 0 sends the exit code to the worker alone (a send to the dead spare's rank would hold rank 0
+    for good): both exit 0, srun returns 0 once the host is down."""
+    bed = slurm_testbed
+    spare = bed.nodes[2]
+    go = tmp_path / "go"
+    driver = (f"import os, time; print('DRIVER UP', flush=True)\nwhile not os.path.exists({str(go)!r}): "
+              "time.sleep(0.1)")
+    step, job_dir = driver_up(bed, jobs, jobs.srun(tmp_path, 3, "--spares", "1", "--", PYTHON, "-c", driver,
+                                                   no_kill=True), tmp_path)
+    try:
+        netns.power_off(spare)
+        deadline = time.monotonic() + WORKER_HOST_LOST_WITHIN_S
+        while not [r for r in read_events(job_dir / "rank-0000.jsonl") if r["event"] == "host_lost"]:
+            assert time.monotonic() < deadline, (tmp_path / "srun.out").read_text()[-3000:]
+            time.sleep(0.5)
+        go.touch()
+        deadline = time.monotonic() + WORKER_HOST_LOST_WITHIN_S
+        while not all(exit_event(job_dir, rank) for rank in (0, 1)):
+            assert time.monotonic() < deadline, (tmp_path / "srun.out").read_text()[-3000:]
+            time.sleep(0.5)
+        bed.run(["scontrol", "update", f"nodename={spare.name}", "state=down", "reason=powered off by a test"],
+                timeout=60)
+        code = step.wait(testbed.SLURMD_TIMEOUT_S + 60)
+    finally:
+        testbed.start_slurmd(bed, spare, detach=True)
+        bed.run(["scontrol", "update", f"nodename={spare.name}", "state=resume"], timeout=60)
+        if step.poll() is None:
+            step.kill()
+        step.wait(30)
+    assert code == 0, (tmp_path / "srun.out").read_text()[-3000:]
+    assert [exit_event(job_dir, rank)["fields"]["code"] for rank in (0, 1)] == [0, 0]
+    (lost,) = [r["fields"] for r in read_events(job_dir / "rank-0000.jsonl") if r["event"] == "host_lost"]
+    assert lost["peer_host"] == spare.name and lost["ranks"] == [2] and lost["spare"] is True, lost
+    jobs.wait_until_gone(job_dir.name)
+    deadline = time.monotonic() + 120
+    while bed.node_states().get(spare.name) != "idle":
+        assert time.monotonic() < deadline, bed.node_states()
+        time.sleep(0.5)
+
+
 def driver_up(bed, jobs, argv: list[str], tmp_path: Path) -> tuple[psutil.Popen, Path]:
     """The step started (its output in tmp_path/srun.out) once its driver has said DRIVER UP, and its job dir."""
     with open(tmp_path / "srun.out", "w") as sink:

@@ -3,7 +3,8 @@ clock and answers the test sets."""
 
 from __future__ import annotations
 
-from mpiray.rank.knock import KNOCK_EVERY, SILENT_FOR, PortWatch
+from mpiray.rank.knock import KNOCK_EVERY, SILENT_FOR, Beacon, PortWatch
+from mpiray.raynode.gcs import gcs_answers
 
 
 class Clock:
@@ -85,3 +86,16 @@ def test_a_port_known_to_listen_is_judged_from_its_first_knock():
     assert watch.answers_now() is False
     said = run_for(watch, clock, SILENT_FOR + KNOCK_EVERY)
     assert said and abs(said[0] - SILENT_FOR) < 1e-6, said
+
+
+def test_a_beacon_answers_every_knock_as_long_as_its_queue_is_emptied_and_none_once_closed():
+    # A waiting spare's: rank 0 knocks every 2 s for as long as the job runs, far more often than its backlog.
+    beacon = Beacon("127.0.0.1")
+    address = f"{beacon.ip}:{beacon.port}"
+    try:
+        for _ in range(3):
+            assert all(gcs_answers(address, 1.0) for _ in range(50))
+            beacon.take()
+    finally:
+        beacon.close()
+    assert not gcs_answers(address, 1.0)
