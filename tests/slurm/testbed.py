@@ -125,7 +125,9 @@ class Testbed:
     @property
     def room(self) -> Room:
         """What makes each node a host of its own (netns.Room): its /tmp below state_dir/hosts."""
-        shared = [self.state_dir, SHARED_DIR, Path(f"/tmp/pytest-of-{getpass.getuser()}")]
+        # The checkout and its venv too, where a clone lies below /tmp: every host runs the same Python from there.
+        checkout = Path(__file__).resolve().parents[2]
+        shared = [self.state_dir, SHARED_DIR, Path(f"/tmp/pytest-of-{getpass.getuser()}"), checkout]
         return Room(self.state_dir / "hosts", tuple(path for path in shared if path.is_relative_to("/tmp")),
                     file_server=self.file_server)
 
