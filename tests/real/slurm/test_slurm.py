@@ -306,21 +306,9 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
         powered_off = time.time()
         netns.power_off(lost)
         go.touch()
-        deadline = time.monotonic() + WORKER_HOST_LOST_WITHIN_S + 30
-        while not all(exit_event(job_dir, rank) for rank in (0, 2)):
-            assert time.monotonic() < deadline, out.read_text()[-3000:]
-            time.sleep(0.5)
-        # Slurm's own verdict comes SlurmdTimeout after the loss (60 s here, 300 s by default): given now, as an
-        # admin gives it, it ends the lost task at once.
-        bed.run(["scontrol", "update", f"nodename={lost.name}", "state=down", "reason=powered off by a test"],
-                timeout=60)
-        code = step.wait(testbed.SLURMD_TIMEOUT_S + 60)
+        code = end_after_host_loss(bed, step, job_dir, lost, (0, 2), WORKER_HOST_LOST_WITHIN_S + 30)
     finally:
-        testbed.start_slurmd(bed, lost, detach=True)
-        bed.run(["scontrol", "update", f"nodename={lost.name}", "state=resume"], timeout=60)
-        if step.poll() is None:
-            step.kill()
-        step.wait(30)
+        host_back(bed, lost, step)
     assert code == 3, out.read_text()[-3000:]
     took = max(exit_event(job_dir, rank)["time"] for rank in (0, 2)) - powered_off
     assert took < WORKER_HOST_LOST_WITHIN_S, took
@@ -362,19 +350,9 @@ def test_a_waiting_spare_host_powered_off_is_forgotten_and_the_job_ends_with_its
             assert time.monotonic() < deadline, (tmp_path / "srun.out").read_text()[-3000:]
             time.sleep(0.5)
         go.touch()
-        deadline = time.monotonic() + WORKER_HOST_LOST_WITHIN_S
-        while not all(exit_event(job_dir, rank) for rank in (0, 1)):
-            assert time.monotonic() < deadline, (tmp_path / "srun.out").read_text()[-3000:]
-            time.sleep(0.5)
-        bed.run(["scontrol", "update", f"nodename={spare.name}", "state=down", "reason=powered off by a test"],
-                timeout=60)
-        code = step.wait(testbed.SLURMD_TIMEOUT_S + 60)
+        code = end_after_host_loss(bed, step, job_dir, spare, (0, 1), WORKER_HOST_LOST_WITHIN_S)
     finally:
-        testbed.start_slurmd(bed, spare, detach=True)
-        bed.run(["scontrol", "update", f"nodename={spare.name}", "state=resume"], timeout=60)
-        if step.poll() is None:
-            step.kill()
-        step.wait(30)
+        host_back(bed, spare, step)
     assert code == 0, (tmp_path / "srun.out").read_text()[-3000:]
     assert [exit_event(job_dir, rank)["fields"]["code"] for rank in (0, 1)] == [0, 0]
     (lost,) = [r["fields"] for r in read_events(job_dir / "rank-0000.jsonl") if r["event"] == "host_lost"]
@@ -384,6 +362,27 @@ def test_a_waiting_spare_host_powered_off_is_forgotten_and_the_job_ends_with_its
     while bed.node_states().get(spare.name) != "idle":
         assert time.monotonic() < deadline, bed.node_states()
         time.sleep(0.5)
+
+
+def end_after_host_loss(bed, step: psutil.Popen, job_dir: Path, lost, ranks: tuple[int, ...], within: float) -> int:
+    """srun's exit code once the ranks that live have exited (within `within` s) and Slurm has the lost host down:
+    its own verdict comes SlurmdTimeout after the loss (60 s here, 300 s by default); given now, as an admin gives
+    it, it ends the lost task at once."""
+    deadline = time.monotonic() + within
+    while not all(exit_event(job_dir, rank) for rank in ranks):
+        assert time.monotonic() < deadline, (job_dir.parents[1] / "srun.out").read_text()[-3000:]
+        time.sleep(0.5)
+    bed.run(["scontrol", "update", f"nodename={lost.name}", "state=down", "reason=powered off by a test"], timeout=60)
+    return step.wait(testbed.SLURMD_TIMEOUT_S + 60)
+
+
+def host_back(bed, node, step: psutil.Popen) -> None:
+    """The powered-off host's slurmd started again and the host resumed; the step ended, whatever became of it."""
+    testbed.start_slurmd(bed, node, detach=True)
+    bed.run(["scontrol", "update", f"nodename={node.name}", "state=resume"], timeout=60)
+    if step.poll() is None:
+        step.kill()
+    step.wait(30)
 
 
 def driver_up(bed, jobs, argv: list[str], tmp_path: Path) -> tuple[psutil.Popen, Path]:
