@@ -45,6 +45,7 @@ from netns import (  # noqa: E402
     Room,
     TestbedError,
     command_line,
+    cut_off,
     login_command,
     processes_on,
     processes_with,
@@ -481,6 +482,7 @@ def _start_slurm(testbed: Testbed) -> None:
 def start_slurmd(testbed: Testbed, node: Node, detach: bool = False) -> None:
     """The node's slurmd, the one process its PID 1 starts: the node's power on (netns.power_off is its loss);
     detach: from within a test (the host is then no child of the test's process)."""
+    cut_off(node, up=True)  # after a power off: its links were down
     testbed.daemons.start(f"slurmd-{node.name}", node.command(
         ["slurmd", "-D", "-N", node.name, "-f", str(testbed.conf_path)], testbed.room), detach, env=testbed.env())
 

@@ -240,7 +240,9 @@ def _running_init(node: Node) -> int:
 
 def power_off(node: Node) -> None:
     """Every process of the host ends at once, as at a power loss: SIGKILL to its PID 1, on which the kernel kills
-    all the others of its PID namespace; returns once none is left. Its links stay up (a dead host answers no one)."""
+    all the others of its PID namespace; returns once none is left. Its links go down too: a dead host answers no
+    one (no refusal from its kernel either), until its power on (testbed.start_slurmd) brings them up."""
+    cut_off(node)
     os.kill(_running_init(node), signal.SIGKILL)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while processes_on(node):

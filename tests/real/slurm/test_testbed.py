@@ -218,6 +218,12 @@ def test_a_host_powered_off_loses_every_process_at_once_and_powers_on_again(slur
     try:
         assert netns.processes_on(node) == []
         assert not [pid for pid in before if netns.alive(pid)]
+        # A dead host answers no one: a connect gets no refusal from its kernel, only silence.
+        with socket.socket() as client:
+            client.settimeout(1)
+            with pytest.raises(OSError) as knock:
+                client.connect((node.ip, testbed.SLURMD_PORT))
+            assert not isinstance(knock.value, ConnectionRefusedError), knock.value
     finally:
         testbed.start_slurmd(slurm_testbed, node, detach=True)
     deadline = time.monotonic() + 60
