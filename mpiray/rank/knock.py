@@ -4,8 +4,12 @@ that notices aborts the whole job.
 
 Both ends of the job knock. Each worker host's first rank knocks on the head's GCS port (worker.py: the head's host
 gone ends every rank with 1); rank 0 knocks on each worker node's raylet port and on each waiting spare host's Beacon
-(zero.py: a worker host gone is left out and a spare takes its place; a spare gone is not started). A port that
-refuses (the host's processes gone) and one that times out (a host powered off, or cut off) count alike.
+(zero.py: a worker host gone is left out and a spare takes its place; a spare gone is not started).
+
+A knock that is refused is answered: the host's kernel sent it, only the process that listened is gone (a raylet that a
+stop signal ended, or one draining; its rank lives and says so, or the launcher sees the rank die). Only a knock that
+gets no answer at all counts: none within the knock's time, or the host unreachable (a host powered off, crashed, or
+cut off: no packet comes back from it).
 """
 
 from __future__ import annotations
@@ -14,12 +18,23 @@ import socket
 import time
 from typing import Callable
 
-from mpiray.raynode.gcs import gcs_answers
-
 KNOCK_EVERY = 2.0  # seconds between knocks on one port (a knock waits at most this long for its answer)
-# Unanswered this long in a row, the host is taken for gone: a GCS that dies and is started again (--gcs-restarts)
-# answers within ~1 s (0.4 s measured on the testbed); a raylet's port never closes while its node lives.
+# Unanswered this long in a row, the host is taken for gone: a host whose kernel runs answers every knock (a GCS
+# started again, a raylet that ended: refused), so this is how long its link may drop every packet first.
 SILENT_FOR = 10.0
+
+
+def host_answers(address: str, timeout: float) -> bool:
+    """Whether the host at address ("ip:port") answers a connect within timeout s: it accepts, or refuses (its
+    kernel is there). A timeout, or no route to it, is no answer."""
+    ip, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((ip, int(port)), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 class PortWatch:
@@ -27,7 +42,7 @@ class PortWatch:
     head is up) or from the start where it is known open (armed: a raylet whose node was reported ALIVE); silent()
     is how long it has not answered, once that is SILENT_FOR or more."""
 
-    def __init__(self, address: str, answers: Callable[[str, float], bool] = gcs_answers,
+    def __init__(self, address: str, answers: Callable[[str, float], bool] = host_answers,
                  clock: Callable[[], float] = time.monotonic, *, armed: bool = False):
         self.address = address
         self._answers, self._clock = answers, clock

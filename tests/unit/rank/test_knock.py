@@ -3,7 +3,9 @@ clock and answers the test sets."""
 
 from __future__ import annotations
 
-from mpiray.rank.knock import KNOCK_EVERY, SILENT_FOR, Beacon, PortWatch
+import socket
+
+from mpiray.rank.knock import KNOCK_EVERY, SILENT_FOR, Beacon, PortWatch, host_answers
 from mpiray.raynode.gcs import gcs_answers
 
 
@@ -99,3 +101,24 @@ def test_a_beacon_answers_every_knock_as_long_as_its_queue_is_emptied_and_none_o
     finally:
         beacon.close()
     assert not gcs_answers(address, 1.0)
+
+
+def test_a_host_answers_a_knock_it_accepts_or_refuses_and_not_one_that_gets_no_answer():
+    # Refused: the host's kernel is there, only its listener is gone (a raylet a stop signal ended: its rank lives).
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    held = []
+    try:
+        assert host_answers(address, 1.0)
+        # A full accept queue drops further SYNs unanswered: a knock there times out, as on a host powered off.
+        for _ in range(4):
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", listener.getsockname()[1]))
+            held.append(client)
+        assert not host_answers(address, 0.5)
+    finally:
+        for client in held:
+            client.close()
+        listener.close()
+    assert host_answers(address, 1.0)
