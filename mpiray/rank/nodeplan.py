@@ -21,6 +21,12 @@ GCS_STORE = "gcs-store"  # in the head rank's private dir: the GCS's RocksDB tab
 RESULTS_DIR = "results"  # beside the log root: the default trainer's storage path (train/storage.py)
 # seconds between Ray's autoscaler updates (the provider asks the scheduler at most every --scheduler-poll)
 AUTOSCALER_UPDATE_S = 1
+# The head's GCS takes a node whose raylet does not answer its health checks for dead after this many in a row,
+# each waiting 2 s for its answer, 2 s apart: ~12 s, as rank 0's knock (rank/knock.py) finds a host gone.
+# Ray's own (10 s each, 3 s apart, 5 in a row) let a trainer's learner wait ~65 s in gloo for a host powered off
+# (measured on the testbed) before the trial could restore.
+HEALTH_CHECKS = {"RAY_health_check_period_ms": "2000", "RAY_health_check_timeout_ms": "2000",
+                 "RAY_health_check_failure_threshold": "3"}
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,9 @@ def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mappi
     """The environment of a node's `ray start`, from base (the rank's, as helpers get it): its GPUs (gpu_variables:
     the vendor's, as the installed Ray reads them), token and private temp dir; the site's and the collectives'
     network variables for interface (the one holding its address; a value already set wins); the join retries
-    and the autoscaler's timing; on the head with gcs_restarts, the GCS's tables in RocksDB in the private dir
-    (node-local, one writer) and the restarts its starter makes (raynode/gcsrestart.py)."""
+    and the autoscaler's timing; on the head, the GCS's health checks (HEALTH_CHECKS) and, with gcs_restarts, the
+    GCS's tables in RocksDB in the private dir (node-local, one writer) and the restarts its starter makes
+    (raynode/gcsrestart.py)."""
     env = commands.node_env(
         dict(base), spec.share.gpu_ids, token_path,
         dashboard_metrics_port=commands.head_ports(spec).dashboard_metrics if head else None,
@@ -93,6 +100,9 @@ def node_env(config: Config, spec: commands.NodeSpec, *, head: bool, base: Mappi
     # as --startup-timeout says instead.
     env["RAY_NUM_REDIS_GET_RETRIES"] = str(max(20, int(config.startup_timeout / 2) + 1))
     env[gcsrestart.VARIABLE] = str(gcs_restarts if head else 0)  # never one inherited
+    if head:
+        for name, value in HEALTH_CHECKS.items():  # a value already set wins
+            env.setdefault(name, value)
     if head and gcs_restarts:
         env.update({"RAY_gcs_storage": "rocksdb", "RAY_gcs_storage_path": str(Path(private_tmp) / GCS_STORE)})
     if spec.ray_labels:

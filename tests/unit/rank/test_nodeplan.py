@@ -13,6 +13,7 @@ from mpiray.host import gpus
 from mpiray.host.portblocks import node_ports
 from mpiray.host.resources import Share
 from mpiray.rank import nodeplan
+from mpiray.rank.knock import KNOCK_EVERY, SILENT_FOR
 from mpiray.rank.messages import Session
 from mpiray.raynode import commands
 from mpiray.raynode import container as containers
@@ -136,3 +137,16 @@ def test_the_driver_sees_every_gpu_rank_0_found_or_none_of_its_variables():
     assert ("CUDA_VISIBLE_DEVICES", "0,1") in nodeplan.driver_gpu_variables(found)
     none = HostView("h", (0, 1), 1 << 30, 1 << 30)
     assert nodeplan.driver_gpu_variables(none) == ()
+
+
+def test_the_heads_gcs_takes_a_silent_node_for_dead_as_soon_as_rank_0_does_unless_the_user_said_otherwise():
+    # Ray's own checks took ~65 s for a host powered off (a learner waited in gloo all along); these ~12 s.
+    head = nodeplan.node_env(Config(), planned(head=True).spec, head=True, base={"RAY_health_check_timeout_ms": "9000"},
+                             token_path=None, private_tmp="/p", interface=None, gpu_variables={})
+    period, timeout, threshold = (int(head[f"RAY_health_check_{name}"])
+                                  for name in ("period_ms", "timeout_ms", "failure_threshold"))
+    assert timeout == 9000  # the user's
+    assert (period + 2000) * threshold <= 1000 * (SILENT_FOR + KNOCK_EVERY)
+    worker = nodeplan.node_env(Config(), planned().spec, head=False, base={}, token_path=None, private_tmp="/p",
+                               interface=None, gpu_variables={})
+    assert not [name for name in worker if name.startswith("RAY_health_check")]  # only the GCS checks
