@@ -12,7 +12,8 @@ ends:
   system), and --hide PATH (the dir of all hosts' roots) is an empty, read-only tmpfs, so no host sees another's;
 - its own /dev/shm (a tmpfs of SIZE, default half the machine's memory, as the kernel's);
 - each --first ARGV (a JSON list) run and done before COMMAND starts: a network file system's mount (sshfs, whose
-  daemon stays in the host);
+  daemon stays in the host), tried up to FIRST_TRIES times, 1 s apart, as a booting host's mounts are (the
+  first try after a power on was seen to end "Connection reset by peer" before the file server's sshd saw it);
 - with --memory-cgroup, every process of the host in that cgroup (its limit is the host's memory:
   netns.limit_memory), as a site's Slurm puts a job's processes in one; /proc/meminfo stays the machine's.
 
@@ -30,9 +31,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 FIRST_TIMEOUT_S = 60
+FIRST_TRIES = 3
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND = 1, 2, 4, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -105,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     socket.sethostname(args.name)
     make_rooms(args.root, args.shared, args.hide, args.shm_size, args.memory_cgroup)
     for argv in args.first:
-        subprocess.run(argv, check=True, timeout=FIRST_TIMEOUT_S)
+        for attempt in range(1, FIRST_TRIES + 1):
+            if subprocess.run(argv, timeout=FIRST_TIMEOUT_S).returncode == 0:
+                break
+            if attempt == FIRST_TRIES:
+                raise SystemExit(f"host_init: {argv[0]} failed {FIRST_TRIES} times: this host does not boot")
+            time.sleep(1)
     sys.stdout.flush()
     return run(args.command)
 
