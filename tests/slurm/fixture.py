@@ -7,6 +7,7 @@ tests/real/conftest.py imports them (`from slurm.fixture import jobs, slurm_test
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +91,22 @@ class Jobs:
         assert not left, f"processes of job {job_id} still running:\n" + "\n".join(
             f"  {pid} {command[:150]}" for pid, command in sorted(left.items()))
 
+    def step(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """An srun of this test's job name run to its end; one still running after timeout s fails the test with
+        what each Python process of its job was doing then (py-spy), before srun is killed."""
+        with subprocess.Popen(argv, env=self.bed.env(), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                queued = self.bed.run(["squeue", "-h", f"--name={self.name}", "-o", "%i"], timeout=60)
+                dumps = [stacks(self.bed, job_id) for job_id in queued.stdout.split()]
+                proc.kill()
+                stdout, stderr = proc.communicate(timeout=60)
+                pytest.fail(f"{argv[0]} still ran after {timeout:g} s:\n{stdout[-2000:]}\n{stderr[-2000:]}\n"
+                            + "\n".join(dumps))
+        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
     def ended_ids(self) -> list[str]:
         """Ids of the ended jobs with this name (srun's too), from the job completion log."""
         result = self.bed.run(["sacct", "--completion", "--noheader", "--parsable2",
@@ -108,6 +125,23 @@ def jobs(slurm_testbed):
     tracked = Jobs(slurm_testbed)
     yield tracked
     tracked.cancel_all()
+
+
+def stacks(bed, job_id: str) -> str:
+    """The Python stacks (and native frames, where py-spy can) of every process of a job now (py-spy, beside this Python or in the
+    project's .venv): what a step that hangs is waiting in."""
+    spy = shutil.which("py-spy", path=str(Path(PYTHON).parent)) or shutil.which("py-spy", path=str(ROOT / ".venv/bin"))
+    if spy is None:
+        return f"job {job_id}: no py-spy to show its stacks"
+    shown = []
+    for pid, command in sorted(testbed.job_processes(bed, job_id).items()):
+        if "python" in command.split(" ")[1]:  # "HOST: ARGV..."
+            shown.append(f"--- job {job_id}, pid {pid}: {command[:160]}")
+            for native in ([], ["--native"]):  # py-spy's native frames fail on some builds: the Python ones first
+                dump = subprocess.run([spy, "dump", *native, "--pid", str(pid)], capture_output=True, text=True,
+                                      timeout=60)
+                shown.append(dump.stdout[-4000:] if dump.returncode == 0 else f"py-spy {native}: {dump.stderr[:200]}")
+    return "\n".join(shown) or f"job {job_id}: no Python process left"
 
 
 def start(bed, argv: list[str], out: Path) -> subprocess.Popen:
