@@ -1,7 +1,7 @@
 """A rank's whole life, one function for every front end: run(config, leader).
 
     setup -> the protocol (rank 0 leads, the others follow) -> rank 0's leader step, watched ->
-    exit_code_of -> teardown -> leave (abandon when a peer died; ignore stop signals in MPI_Finalize)
+    exit_code_of -> teardown -> leave (abandon when a peer died; ignore stop signals in MPI_Finalize; its deadline)
 
 A front end supplies only the leader step (state.Leader, one of leaders/): the command line runs the
 driver command as a subprocess, the library hands the cluster to the calling script. Whatever the leader
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, NamedTuple
@@ -34,7 +35,7 @@ from mpiray.rank.ownnode import RealNode
 from mpiray.rank.plannednode import NodeContext, PlannedNode
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import Leader, Rank, Role
-from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT
+from mpiray.rank.timings import DRIVER_POLL, EXIT_LIMIT, RAY_STOP_GRACE, TIME_LIMIT_EXIT
 from mpiray.rank.worker import Worker
 from mpiray.rank.zero import RankZero
 
@@ -247,7 +248,9 @@ def time_limits(config: Config, scheduler: str, job: BatchJob, log: RankLog) -> 
 def leave(me: Rank, code: int, process_ends: bool) -> None:
     """The exit code is decided: no MPI_Finalize if a peer died (its closing barrier would never end);
     else no stop signal may change the code during MPI_Finalize (or, if the program goes on, the
-    signals are handled as before mpiray)."""
+    signals are handled as before mpiray), and where the process ends MPI_Finalize has a deadline."""
     if not me.all_met:
         me.comm.abandon(code)
     me.stop.release(process_ends)
+    if process_ends and threading.current_thread() is threading.main_thread():  # not mpiray.init()'s agent
+        me.comm.finalize_within(EXIT_LIMIT, code)

@@ -7,8 +7,11 @@ sleeps between polls.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+import threading
+import time
 from array import array
 from typing import Any, Callable, Container
 
@@ -139,6 +142,18 @@ class Comm:
         _flush()
         os._exit(code)
 
+    def finalize_within(self, seconds: float, code: int) -> None:
+        """MPI_Finalize, and Python's exit after it (its threads, its exit handlers), within seconds; else this
+        process exits with code from a watchdog thread, past whatever still waits (an MPI_Finalize that never
+        returned kept srun from ending: Debian's MPICH over UCX, 3 of 5 full CI runs). Called where the process
+        ends, every rank met at the last barrier (else abandon). MPI_Finalize through ctypes: mpi4py's keeps the
+        GIL, the watchdog could never run; mpi4py's own at the interpreter's end then finds MPI finalized."""
+        _flush()
+        threading.Thread(target=_exit_after, args=(seconds, code, self.rank), name="exit-watchdog",
+                         daemon=True).start()
+        if not MPI.Is_finalized():
+            ctypes.CDLL(MPI.__file__).MPI_Finalize()  # the symbol of the MPI library mpi4py's module is linked to
+
     def exit_now(self, code: int) -> None:
         """MPI_Finalize, then exit with code, from a thread of mpiray.init()'s rank 0 whose main thread (the user's
         script) is stuck, or from its exit hook where Ray's own would hang: os._exit, past every exit handler, so
@@ -150,6 +165,14 @@ class Comm:
             MPI.Finalize()
         pmi.finalize(self._pmi)
         os._exit(code)
+
+
+def _exit_after(seconds: float, code: int, rank: int) -> None:
+    time.sleep(seconds)
+    print(f"mpiray: rank {rank}: MPI_Finalize and this process's exit did not end within {seconds:g} s: "
+          f"exiting with the job's code {code} without waiting for them", file=sys.stderr)
+    _flush()
+    os._exit(code)
 
 
 def _flush() -> None:

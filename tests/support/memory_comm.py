@@ -32,6 +32,7 @@ class World:
         self.counts: dict[int, int] = {}  # count generation -> the sum so far
         self.generation = [0] * size
         self.abandoned: dict[int, int] = {}  # rank -> code it exited with, without MPI_Finalize
+        self.finalized: dict[int, tuple[float, int]] = {}  # rank -> (seconds, code) of its finalize_within
         self.by_host: dict[str, World] = {}
 
     def comm(self, rank: int) -> MemoryComm:
@@ -134,6 +135,9 @@ class MemoryComm:
 
     def exit_now(self, code: int) -> None:
         self.world.abandoned[self.rank] = code
+
+    def finalize_within(self, seconds: float, code: int) -> None:
+        self.world.finalized[self.rank] = (seconds, code)
 
 
 class ScriptedLeader:
