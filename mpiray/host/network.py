@@ -1,6 +1,6 @@
 """Which address a node advertises: never a hostname (it may resolve to 127.0.1.1), never loopback unless the
 whole job is on one host without a network; an interface, a site's address rule, or the route to the head.
-Which ports it uses: portblocks.py."""
+Which ports it uses: portblocks.py. Whether an address takes a connect: connects()."""
 
 from __future__ import annotations
 
@@ -100,6 +100,19 @@ def route_source(destination: str) -> str | None:
         except OSError:
             return None
         return probe.getsockname()[0]
+
+
+def connects(address: str, timeout: float, *, refused: bool = False) -> bool:
+    """Whether a TCP connect to address ("ip:port") is accepted within timeout s (closed at once); refused: a refusal
+    counts too (the host's kernel answered; only what listened is gone). A timeout, or no route, never does."""
+    ip, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((ip, int(port)), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return refused
+    except OSError:
+        return False
+    return True
 
 
 def is_loopback(address: str) -> bool:

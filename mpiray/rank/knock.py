@@ -18,6 +18,8 @@ import socket
 import time
 from typing import Callable
 
+from mpiray.host.network import connects
+
 KNOCK_EVERY = 2.0  # seconds between knocks on one port (a knock waits at most this long for its answer)
 # Unanswered this long in a row, the host is taken for gone: a host whose kernel runs answers every knock (a GCS
 # started again, a raylet that ended: refused), so this is how long its link may drop every packet first.
@@ -27,20 +29,14 @@ SILENT_FOR = 10.0
 def host_answers(address: str, timeout: float) -> bool:
     """Whether the host at address ("ip:port") answers a connect within timeout s: it accepts, or refuses (its
     kernel is there). A timeout, or no route to it, is no answer."""
-    ip, port = address.rsplit(":", 1)
-    try:
-        socket.create_connection((ip, int(port)), timeout=timeout).close()
-    except ConnectionRefusedError:
-        return True
-    except OSError:
-        return False
-    return True
+    return connects(address, timeout, refused=True)
 
 
 class PortWatch:
-    """One host's port, knocked on every KNOCK_EVERY s, judged once it has answered (an idle rank waits before the
-    head is up) or from the start where it is known open (armed: a raylet whose node was reported ALIVE); silent()
-    is how long it has not answered, once that is SILENT_FOR or more."""
+    """One host's port, knocked on every KNOCK_EVERY s; silent() is how long it has not answered, once that is
+    SILENT_FOR or more. Judged from its first answer on (accepted or refused: a worker's watch on the head), or from
+    the start where its host is known to have been there (armed: a raylet whose node was reported ALIVE); a host
+    never heard and not armed is never taken for gone."""
 
     def __init__(self, address: str, answers: Callable[[str, float], bool] = host_answers,
                  clock: Callable[[], float] = time.monotonic, *, armed: bool = False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from mpiray.host.network import connects
 from mpiray.raynode import raycompat
 
 
@@ -49,9 +50,4 @@ class Gcs:
 
 def gcs_answers(address: str, timeout: float = 2.0) -> bool:
     """Whether anything accepts connections at the GCS's address (a cheap look: no Ray client)."""
-    host, port = address.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
+    return connects(address, timeout)
