@@ -102,14 +102,11 @@ def route_source(destination: str) -> str | None:
         return probe.getsockname()[0]
 
 
-def connects(address: str, timeout: float, *, refused: bool = False) -> bool:
-    """Whether a TCP connect to address ("ip:port") is accepted within timeout s (closed at once); refused: a refusal
-    counts too (the host's kernel answered; only what listened is gone). A timeout, or no route, never does."""
+def connects(address: str, timeout: float) -> bool:
+    """Whether a TCP connect to address ("ip:port") is accepted within timeout s (closed at once)."""
     ip, port = address.rsplit(":", 1)
     try:
         socket.create_connection((ip, int(port)), timeout=timeout).close()
-    except ConnectionRefusedError:
-        return refused
     except OSError:
         return False
     return True

@@ -144,7 +144,8 @@ class Head(RankZero):
         if cluster is None or not nodes:
             return False
         me.comm.send_to_others(why, DRAINING, skip=self.unheard())
-        self.watches.clear()  # Ray ends a drained node at once if it is idle: its port closes by design
+        for rank in list(self.watches):  # Ray ends a drained node at once if it is idle: its port closes by design
+            self.unwatch(rank)
         argv = [*package.module_command("mpiray.raynode.drain"), cluster.session.gcs_address, f"{seconds:.0f}", why,
                 *nodes]
         try:

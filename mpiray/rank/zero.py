@@ -210,7 +210,7 @@ class RankZero:
 
     def node_lost(self, rank: int, message: str) -> None:
         """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits."""
-        self.watches.pop(rank, None)  # its port closed with its node: that is not its host's loss
+        self.unwatch(rank)  # its port closed with its node: that is not its host's loss
         self.me.log.event("node_lost", peer=rank, message=message)
         self.start_spare(rank)
 
@@ -219,7 +219,7 @@ class RankZero:
         raylet is knocked on once it reports (spare_reports)."""
         self.unheard()  # a spare host gone meanwhile is forgotten, never sent ACTIVATE
         for started in self.spares.node_lost(rank):
-            self.watches.pop(started, None)
+            self.unwatch(started)
 
     def spare_reports(self) -> None:
         """The started spares' reports: a node that joined is one of the job's (teardown waits for it)."""
@@ -235,6 +235,11 @@ class RankZero:
             if report.rank != 0 and report.knock_port:
                 # It listened when it reported (a node ALIVE): a host that dies before the first knock counts too.
                 self.watches[report.rank] = PortWatch(f"{report.node_ip}:{report.knock_port}", armed=True)
+
+    def unwatch(self, rank: int) -> None:
+        """No more knocks on rank's host (its knock under way closed)."""
+        if (watch := self.watches.pop(rank, None)) is not None:
+            watch.close()
 
     def hosts_lost(self) -> None:
         """Each worker host found gone since the last look: a raylet unanswered for knock.SILENT_FOR s whose rank
@@ -279,7 +284,7 @@ class RankZero:
         me.peer_gone(ranks)
         self.node_ranks.difference_update(ranks)
         for lost in ranks:
-            self.watches.pop(lost, None)
+            self.unwatch(lost)
         spare = self.spares.waits(rank)
         fields = {"peer_host": host, "ranks": ranks, "address": address, "silent": round(silent, 1), "spare": spare}
         me.log.event("host_lost", **fields)
