@@ -65,7 +65,7 @@ class DirUnwritable(ConfigError):
 
 
 class DirFull(ConfigError):
-    """The pre-flight: a temp or spill dir too full (host/preflight.py's dir_full finding, raised by by_cause)."""
+    """The pre-flight: a temp or spill dir too full (host/findings.py's dir_full finding, raised by by_cause)."""
 
     cause = "dir_full"
 
@@ -77,7 +77,7 @@ class DirOnNetwork(ConfigError):
 
 
 class SlowLink(ConfigError):
-    """The pre-flight's link check: a host far slower than its peers, or that none reached (rank/links.py)."""
+    """The pre-flight's link check: a host far slower than its peers, or that none reached (rank/linkcheck.py)."""
 
     cause = "slow_link"
 

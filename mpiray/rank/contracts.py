@@ -14,7 +14,7 @@ from mpiray.raynode.gcs import NodeInfo
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mpiray.host.preflight import Finding
+    from mpiray.host.findings import Finding
     from mpiray.raynode.commands import NodeSpec
     from mpiray.raynode.container import ImageFacts
 

@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 from mpiray import errors
 from mpiray.errors import ConfigError, LaunchError
+from mpiray.host.findings import Finding
 from mpiray.host.portblocks import NodePorts
-from mpiray.host.preflight import Finding
 from mpiray.host.resources import Share
 from mpiray.raynode.commands import node_env
 from mpiray.raynode.raycompat import ray_version
@@ -31,7 +31,7 @@ SETTLED = 8  # all -> rank 0: this rank's `ray start` is done starting
 STOPPED = 9  # all -> rank 0: this rank's Ray node has stopped (the head may stop now)
 DRAINING = 10  # rank 0 -> all: Ray is told that the nodes go (walltime): a node that ends now is drained, not lost
 PROBE = 11  # rank 0 -> each host's first rank that listens for the link check (Hello.link): a Probe
-PROBED = 12  # ... back to rank 0: what it measured (host.links.Figures)
+PROBED = 12  # ... back to rank 0: what it measured (host.linkprobe.Figures)
 VERDICT = 13  # rank 0 -> each worker whose HELLO waits for it: what the pre-flight decided of its host (a Verdict)
 ACTIVATE = 14  # rank 0 -> every rank of a spare host, when a worker's Ray node was lost: start your node and join
 HEAD_GONE = 15  # within one host: its first rank found the head's host gone (knock.PortWatch): end with 1 too
@@ -90,7 +90,7 @@ class Hello(NamedTuple):
     log: str
     versions: dict[str, str]  # name -> version, in preflight.ORDER
     findings: list[Finding]
-    link: str = ""  # where its host's first rank listens for the link check (rank/links.py), "" for not at all
+    link: str = ""  # where its host's first rank listens for the link check (rank/linkcheck.py), "" for not at all
     waits: bool = False  # it waits for rank 0's VERDICT before splitting its host (the link check, --spares)
 
 

@@ -18,7 +18,7 @@ from mpiray import package
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, NodeStartFailed
 from mpiray.host import gpus, network, portblocks, processes, sites
-from mpiray.host.preflight import REFUSE, Finding
+from mpiray.host.findings import REFUSE, Finding
 from mpiray.logs.files import ray_output_path, ray_session_logs_path
 from mpiray.rank import nodeplan, nodestart
 from mpiray.rank.messages import Session

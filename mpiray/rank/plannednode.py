@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from mpiray.config import Config
 from mpiray.host import portblocks
-from mpiray.host.preflight import Finding
+from mpiray.host.findings import Finding
 from mpiray.host.resources import HostView
 from mpiray.logs.events import RankLog
 from mpiray.rank.messages import Session

@@ -1,4 +1,4 @@
-"""The pre-flight across the job (the looking itself: host/preflight.py): every rank's versions and every
+"""The pre-flight across the job (the looking itself: host/findings.py): every rank's versions and every
 host's findings ride the HELLO each worker sends rank 0; rank 0 holds its head's `ray start` until all are in,
 prints them grouped by value, logs them, and refuses a job that cannot work (exit 2) before any Ray runs.
 Before all of it, and before MPI starts, each task refuses a Ray installed here that cannot run a safe cluster.
@@ -18,8 +18,8 @@ from typing import NamedTuple
 from mpiray import errors
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, ImageFailed, TooFewNodes, VersionSkew
-from mpiray.host import portblocks, preflight, sites
-from mpiray.host.preflight import FIXED, REFUSE, WARN, Finding
+from mpiray.host import findings, portblocks, sites
+from mpiray.host.findings import FIXED, REFUSE, WARN, Finding
 from mpiray.rank import nodeplan
 from mpiray.rank.messages import HELLO, Hello
 from mpiray.rank.state import Rank
@@ -43,7 +43,7 @@ def check_ray_install(auth: bool) -> None:
 
 def raise_limits() -> None:
     """First thing in a rank (rank.life.setup), before it starts a process: the open-file soft limit."""
-    RAISED[:] = preflight.raise_soft_limits()
+    RAISED[:] = findings.raise_soft_limits()
 
 
 ORDER = ("python", "ray", "mpiray", "mpi4py", "mpi", "numpy", "cloudpickle", "torch", "gymnasium")
@@ -52,7 +52,7 @@ ORDER = ("python", "ray", "mpiray", "mpi4py", "mpi", "numpy", "cloudpickle", "to
 def versions(me: Rank) -> dict[str, str]:
     """What this rank runs: Python, the MPI library (as MPI says), and the packages that must match. With
     --container, Ray and Python are the image's (the rank's own side needs mpiray and mpi4py alone)."""
-    found = {"python": sys.version.split()[0], **preflight.installed_versions(),
+    found = {"python": sys.version.split()[0], **findings.installed_versions(),
              "mpi": mpi_library(me.comm.library_version())}
     if containers.of(me.config) is not None:
         facts = image_facts(me)
@@ -108,14 +108,14 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
     config = me.config
     if me.host_comm.rank != 0:
         return []
-    fixed = [*RAISED, *preflight.open_files_findings(me.comm.size, head_host=me.rank == 0)]
-    found = [*preflight.dir_findings(config.temp_dir, "temp", "--temp-dir (or TMPDIR)")]
+    fixed = [*RAISED, *findings.open_files_findings(me.comm.size, head_host=me.rank == 0)]
+    found = [*findings.dir_findings(config.temp_dir, "temp", "--temp-dir (or TMPDIR)")]
     if config.spill_dir is not None:
-        found += preflight.dir_findings(config.spill_dir, "spill", "--spill-dir")
+        found += findings.dir_findings(config.spill_dir, "spill", "--spill-dir")
     found += me.own_node.make_spill_dir(me.current_session.spill_key)  # nothing made for a planned node (--dry-run)
     found += image_findings(me)
-    found += preflight.port_range_findings(*portblocks.PORT_RANGE)
-    found += preflight.neighbour_findings(me.comm.size)
+    found += findings.port_range_findings(*portblocks.PORT_RANGE)
+    found += findings.neighbour_findings(me.comm.size)
     found += fixed
     if log_dir_shared is False:
         path = me.current_session.job_dir(config.log_dir)
@@ -128,7 +128,7 @@ def host_findings(me: Rank, log_dir_shared: bool | None) -> list[Finding]:
 
 def hello(me: Rank, link: str = "", waits: bool = False) -> Hello:
     """A worker's HELLO: where it is and logs, what it runs, what its host's first rank found, where it listens
-    for the link check (rank/links.py), whether it waits for rank 0's VERDICT."""
+    for the link check (rank/linkcheck.py), whether it waits for rank 0's VERDICT."""
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
     return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared), link, waits)

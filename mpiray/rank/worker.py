@@ -13,7 +13,7 @@ import time
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import Interrupted, LaunchError, Shutdown, StartupTimeout
 from mpiray.host import network
-from mpiray.rank import links, preflight
+from mpiray.rank import linkcheck, preflight
 from mpiray.rank.hostsplit import split_host
 from mpiray.rank.knock import Beacon, PortWatch
 from mpiray.rank.messages import (
@@ -66,13 +66,13 @@ class Worker:
         me.log.open(session.job_dir(me.config.log_dir), prefix=session.prefix)
         me.log_started()
         # Its host's first rank: the link check's, and rank 0's verdict on the host (--spares too) before it splits it.
-        listener = links.listen(me)
+        listener = linkcheck.listen(me)
         waits = listener is not None or (me.config.spares > 0 and me.host_comm.rank == 0)
         try:
             hello = preflight.hello(me, listener.address if listener else "", waits)  # what it runs, what its host has
             me.comm.send(hello, 0, HELLO)
             if listener is not None:
-                links.take_part(me, listener)
+                linkcheck.take_part(me, listener)
         finally:
             if listener is not None:
                 listener.close()

@@ -12,7 +12,7 @@ from typing import Container
 from mpiray.deadline import Deadline
 from mpiray.errors import ConfigError, WorkerFailed, WorkersMissing
 from mpiray.logs import progress
-from mpiray.rank import links, preflight, spares
+from mpiray.rank import linkcheck, preflight, spares
 from mpiray.rank.batchjob import BatchJob, read_batch_job
 from mpiray.rank.knock import PortWatch
 from mpiray.rank.messages import (
@@ -150,7 +150,7 @@ class RankZero:
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
-        slow = links.check(me, self.hellos)
+        slow = linkcheck.check(me, self.hellos)
         judged = preflight.judge(me, self.hellos, slow)
         config = me.config
         chosen = spares.choose(self.hellos, me.host, judged.left_out, config.spares)

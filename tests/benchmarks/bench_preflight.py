@@ -41,23 +41,23 @@ RANKS = 64
 # Timed inside a fresh interpreter, after its imports: what the pre-flight adds to a rank's start.
 RANK_PART = """
 import time
-from mpiray.host import preflight
+from mpiray.host import findings
 from mpi4py import MPI
 started = time.perf_counter()
-preflight.installed_versions()
+findings.installed_versions()
 MPI.Get_library_version()
 print((time.perf_counter() - started) * 1000)
 """
 HOST_PART = """
 import time
 from pathlib import Path
-from mpiray.host import portblocks, preflight
+from mpiray.host import findings, portblocks
 started = time.perf_counter()
-preflight.dir_findings(Path("/tmp"), "temp", "--temp-dir")
-preflight.port_range_findings(*portblocks.PORT_RANGE)
-preflight.neighbour_findings(64)
-preflight.raise_soft_limits()
-preflight.open_files_findings(64, head_host=True)
+findings.dir_findings(Path("/tmp"), "temp", "--temp-dir")
+findings.port_range_findings(*portblocks.PORT_RANGE)
+findings.neighbour_findings(64)
+findings.raise_soft_limits()
+findings.open_files_findings(64, head_host=True)
 print((time.perf_counter() - started) * 1000)
 """
 

@@ -215,7 +215,7 @@ def test_each_cause_a_pre_flight_refuses_with_is_a_bad_input_exit_2():
     (exit 2, as options.md says of bad input), or the job would end with 1 as if something had failed."""
     from mpiray import errors
 
-    source = (ROOT / "mpiray" / "host" / "preflight.py").read_text()
+    source = (ROOT / "mpiray" / "host" / "findings.py").read_text()
     refused = {node.args[1].value for node in ast.walk(ast.parse(source))
                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding" and len(node.args) > 1
                and getattr(node.args[0], "id", "") == "REFUSE" and isinstance(node.args[1], ast.Constant)}

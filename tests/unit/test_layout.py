@@ -244,3 +244,12 @@ def test_a_function_takes_at_most_four_positional_arguments():
                 if len(positional) > MAX_POSITIONAL:
                     crowded.append(f"{name}.{node.name}({', '.join(positional)})")
     assert crowded == []
+
+
+def test_no_two_modules_of_the_package_share_a_file_name():
+    # One name, one module: `links` or `preflight` in two layers made every reader ask which one was meant.
+    seen: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 
 from mpiray.errors import ConfigError, PortsPerHost
+from mpiray.host.findings import WARN, Finding
 from mpiray.host.portblocks import node_ports
-from mpiray.host.preflight import WARN, Finding
 from mpiray.host.resources import Share
 from mpiray.rank.messages import LOCAL, Hello, HostPlan, Idle, Message, PlanRefused
 

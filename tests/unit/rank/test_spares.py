@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from mpiray.errors import ConfigError, TooFewNodes
-from mpiray.host.preflight import Finding
+from mpiray.host.findings import Finding
 from mpiray.rank import spares
 from mpiray.rank.messages import Hello
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mpiray.host.links import Figures
-from mpiray.rank.links import judge, rate, ring
+from mpiray.host.linkprobe import Figures
+from mpiray.rank.linkcheck import judge, rate, ring
 
 FAST, SLOW = 3000.0, 4.0  # Mbit/s: a veth of the test bed, and its tc-throttled host
 

@@ -6,7 +6,7 @@ the sender first makes PINGS 1-byte round trips (the latency, its figure), then 
 WINDOW; the receiver counts what arrives in the WINDOW seconds after the first byte (the bandwidth, its figure).
 A connection opens with the job's key (16 random bytes from rank 0), so another user's connection is closed
 unanswered. Every step has a deadline: a peer that does not answer is an error in the figures, never a hang.
-The verdict across hosts is rank/links.py's.
+The verdict across hosts is rank/linkcheck.py's.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import socket
 import time
 
 from mpiray.deadline import Deadline
-from mpiray.host.links import KEY_BYTES, WINDOW, Listener, send_to
+from mpiray.host.linkprobe import KEY_BYTES, WINDOW, Listener, send_to
 
 KEY = bytes(range(KEY_BYTES))
 

@@ -1,4 +1,4 @@
-"""The link check across the job, before any Ray starts (one host's side: host/links.py).
+"""The link check across the job, before any Ray starts (one host's side: host/linkprobe.py).
 
 Each host's first rank listens on its Ray address and says where in its HELLO (Hello.link). Rank 0, once every
 HELLO is in, pairs the hosts in a ring both ways (each sends to the host before and after it: every host is
@@ -24,9 +24,9 @@ from typing import Callable
 
 from mpiray.deadline import Deadline, poll_until
 from mpiray.errors import StartupTimeout
-from mpiray.host import links, network
-from mpiray.host.links import Figures, Listener
-from mpiray.host.preflight import REFUSE, Finding
+from mpiray.host import linkprobe, network
+from mpiray.host.findings import REFUSE, Finding
+from mpiray.host.linkprobe import Figures, Listener
 from mpiray.rank.messages import PROBE, PROBED, Hello, Probe
 from mpiray.rank.state import Rank
 
@@ -112,7 +112,7 @@ def check(me: Rank, hellos: dict[int, Hello]) -> dict[str, list[Finding]]:
     try:
         addresses = {me.host: listener.address, **{host: link for host, (_, link) in takers.items()}}
         sends = ring(sorted(addresses))
-        key = os.urandom(links.KEY_BYTES)
+        key = os.urandom(linkprobe.KEY_BYTES)
         receives = {host: sum(host in peers for peers in sends.values()) for host in sends}
         for host, (rank, _) in takers.items():
             me.comm.send(Probe(key, tuple((peer, addresses[peer]) for peer in sends[host]), receives[host]), rank, PROBE)
@@ -130,7 +130,7 @@ def check(me: Rank, hellos: dict[int, Hello]) -> dict[str, list[Finding]]:
     for host in missing:
         refused.setdefault(host, f"its link check did not answer within {PROBE_SECONDS:g} s")
     shown = ", ".join(f"{host} {_row(table[host])}{' (slow)' if host in refused else ''}" for host in sorted(table))
-    how = f"TCP on the Ray addresses, {links.WINDOW:g} s each way"
+    how = f"TCP on the Ray addresses, {linkprobe.WINDOW:g} s each way"
     print(f"mpiray: pre-flight: links ({how}): {shown}", flush=True)
     me.log.event("link_check", summary=f"{how}: {shown}", hosts=table, refused=refused, floor=me.config.slow_link,
                  judged=len(sends) >= 3)
@@ -153,7 +153,7 @@ def measure(listener: Listener, key: bytes, peers: list[tuple[str, str]], *, exp
     trips: dict[str, tuple[float, str]] = {}
 
     def send(host: str, address: str) -> None:
-        trips[host] = links.send_to(address, key, name)
+        trips[host] = linkprobe.send_to(address, key, name)
 
     senders = [threading.Thread(target=send, args=peer, daemon=True, name="link-send") for peer in peers]
     for sender in senders:
