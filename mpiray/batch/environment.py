@@ -43,7 +43,8 @@ class Launcher:
 SCHEDULERS = (
     # In a hetjob step Slurm 22.05 gives every task the same SLURM_CPUS_PER_TASK, whichever
     # component it is in (seen on the testbed: the last component's value).
-    Scheduler("slurm", "SLURM_JOB_ID", ("SLURM_JOB_ID",), ("SLURM_CPUS_PER_TASK",), ("SLURM_HET_SIZE",),
+    Scheduler(name="slurm", marker="SLURM_JOB_ID", job_id=("SLURM_JOB_ID",), cpus_per_task=("SLURM_CPUS_PER_TASK",),
+              cpus_per_task_unknown_if=("SLURM_HET_SIZE",),
               gpus=("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"), memory_mb=("SLURM_MEM_PER_NODE",),
               restart_count=("SLURM_RESTART_COUNT",), end_time=("SLURM_JOB_END_TIME",),
               partition=("SLURM_JOB_PARTITION",)),
@@ -60,62 +61,62 @@ SCHEDULERS = (
 # Open MPI's mpirun does the same with its daemons.
 LAUNCHERS = (
     Launcher(
-        "pals",
-        ("PALS_RANKID",),
-        ("PMI_SIZE",),  # PALS has no PALS_SIZE; Cray PMI sets PMI_SIZE
-        ("PALS_RANKID",),
-        "PALS mpiexec started these tasks but the MPI library is not Cray MPICH/PALS-aware: load "
+        name="pals",
+        markers=("PALS_RANKID",),
+        size=("PMI_SIZE",),  # PALS has no PALS_SIZE; Cray PMI sets PMI_SIZE
+        rank=("PALS_RANKID",),
+        mpi_hint="PALS mpiexec started these tasks but the MPI library is not Cray MPICH/PALS-aware: load "
         "the cray-mpich and cray-pals modules and rebuild mpi4py against them",
     ),
     Launcher(
-        "aprun",
-        ("ALPS_APP_PE",),
-        ("PMI_SIZE",),
-        ("ALPS_APP_PE",),
-        "aprun started these tasks but the MPI library is not Cray MPICH: build mpi4py with the "
+        name="aprun",
+        markers=("ALPS_APP_PE",),
+        size=("PMI_SIZE",),
+        rank=("ALPS_APP_PE",),
+        mpi_hint="aprun started these tasks but the MPI library is not Cray MPICH: build mpi4py with the "
         "Cray compiler wrapper (`MPICC=cc pip install --no-binary mpi4py mpi4py`)",
     ),
     Launcher(
-        "openmpi",
-        ("OMPI_COMM_WORLD_SIZE",),
-        ("OMPI_COMM_WORLD_SIZE",),
-        ("OMPI_COMM_WORLD_RANK",),
-        "Open MPI's mpirun started these tasks but mpi4py uses another MPI library: use the "
+        name="openmpi",
+        markers=("OMPI_COMM_WORLD_SIZE",),
+        size=("OMPI_COMM_WORLD_SIZE",),
+        rank=("OMPI_COMM_WORLD_RANK",),
+        mpi_hint="Open MPI's mpirun started these tasks but mpi4py uses another MPI library: use the "
         "mpirun that belongs to the MPI mpi4py was built with",
     ),
     Launcher(
-        "hydra",
-        ("MPI_LOCALNRANKS",),  # set by the hydra proxies of MPICH and Intel MPI, not by srun
-        ("PMI_SIZE",),
-        ("PMI_RANK",),
-        "MPICH's mpiexec started these tasks but mpi4py uses another MPI library: use the "
+        name="hydra",
+        markers=("MPI_LOCALNRANKS",),  # set by the hydra proxies of MPICH and Intel MPI, not by srun
+        size=("PMI_SIZE",),
+        rank=("PMI_RANK",),
+        mpi_hint="MPICH's mpiexec started these tasks but mpi4py uses another MPI library: use the "
         "mpiexec that belongs to the MPI mpi4py was built with",
     ),
     Launcher(
-        "srun",
-        ("SLURM_STEP_ID", "SLURM_MPI_TYPE"),  # srun --mpi=pmi2 (or pmix...): PMI was offered
-        ("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
-        ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID"),
-        "srun offered its tasks a process manager (SLURM_MPI_TYPE) but the MPI library mpi4py "
+        name="srun",
+        markers=("SLURM_STEP_ID", "SLURM_MPI_TYPE"),  # srun --mpi=pmi2 (or pmix...): PMI was offered
+        size=("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
+        rank=("PMI_RANK", "PMIX_RANK", "SLURM_PROCID"),
+        mpi_hint="srun offered its tasks a process manager (SLURM_MPI_TYPE) but the MPI library mpi4py "
         "uses did not take it: pick a plugin that library supports (`srun --mpi=list`; pmi2 for "
         "MPICH, Intel MPI and Cray MPICH, pmix for Open MPI), or rebuild mpi4py against the "
         "site's MPI",
     ),
     Launcher(
-        "srun",
-        ("SLURM_STEP_ID",),
-        ("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
-        ("PMI_RANK", "SLURM_PROCID"),
-        "srun started these tasks but the MPI library did not get its process manager: run "
+        name="srun",
+        markers=("SLURM_STEP_ID",),
+        size=("PMI_SIZE", "SLURM_STEP_NUM_TASKS"),
+        rank=("PMI_RANK", "SLURM_PROCID"),
+        mpi_hint="srun started these tasks but the MPI library did not get its process manager: run "
         "`srun --mpi=pmi2 ...` (or --mpi=pmix where your Slurm has it; `srun --mpi=list` shows "
         "them), or set MpiDefault in slurm.conf",
     ),
     Launcher(
-        "pmi",
-        ("PMI_SIZE",),  # some other PMI process manager (e.g. MPICH's gforker)
-        ("PMI_SIZE",),
-        ("PMI_RANK",),
-        "a PMI process manager started these tasks but mpi4py's MPI library did not join it: use "
+        name="pmi",
+        markers=("PMI_SIZE",),  # some other PMI process manager (e.g. MPICH's gforker)
+        size=("PMI_SIZE",),
+        rank=("PMI_RANK",),
+        mpi_hint="a PMI process manager started these tasks but mpi4py's MPI library did not join it: use "
         "the mpiexec that belongs to the MPI mpi4py was built with",
     ),
 )

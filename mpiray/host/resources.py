@@ -179,7 +179,8 @@ def rank_share(
     if own.gpu_ids or gpus:
         notes.append(f"{own.gpu_vendor or 'no'} GPUs {','.join(own.gpu_ids) or '-'} from {own.gpu_source or '-'}: "
                      f"this node gets {','.join(gpus) or 'none'}")
-    return Share(cpus, tuple(gpus), max(memory - store, 0), store, tuple(notes), affinity, own.gpu_vendor)
+    return Share(cpus=cpus, gpu_ids=tuple(gpus), memory=max(memory - store, 0), object_store=store, notes=tuple(notes),
+                 affinity=affinity, gpu_vendor=own.gpu_vendor)
 
 
 def _bound(views: list[HostView]) -> bool:

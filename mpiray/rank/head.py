@@ -84,7 +84,8 @@ class Head(RankZero):
         token = os.urandom(32).hex() if config.auth else None  # secrets.token_hex(32), without its imports
         if not config.auth:
             me.log.event("no_auth")
-        me.enter(Session(job_id, head_ip, f"{head_ip}:{ports.gcs}", token, me.started, run=os.urandom(3).hex()))
+        me.enter(Session(job_id=job_id, head_ip=head_ip, gcs_address=f"{head_ip}:{ports.gcs}", token=token,
+                         started=me.started, run=os.urandom(3).hex()))
         me.enter(dataclasses.replace(me.current_session, marker=preflight.make_marker(me)))
         me.comm.send_to_others(me.current_session, SESSION)
         me.log.event("session_sent", workers=me.comm.size - 1, gcs_address=me.current_session.gcs_address)

@@ -43,8 +43,9 @@ class Joiner(RankZero):
         assert config.join is not None  # a Joiner leads only a --join job (life.run)
         entry = self.registry.read(config.join)  # gone, or another user's: NoSuchCluster, at once
         own_job = config.job_id or environment.safe_job_id(environment.default_job_id(me.env))
-        session = Session(entry.job_id, entry.head_ip, entry.gcs_address, self.registry.token(entry.job_id),
-                          me.started, log_dir=entry.log_dir, own_job_id=own_job, run=entry.run)
+        session = Session(job_id=entry.job_id, head_ip=entry.head_ip, gcs_address=entry.gcs_address,
+                          token=self.registry.token(entry.job_id), started=me.started, log_dir=entry.log_dir,
+                          own_job_id=own_job, run=entry.run)
         me.log.open(session.job_dir(config.log_dir), prefix=session.prefix)
         me.log_started()
         ours = versions(me.rank)
@@ -67,9 +68,10 @@ class Joiner(RankZero):
     def cluster_up(self, cluster: Cluster, own: NodeInfo) -> None:
         """Not a cluster of its own: this job's nodes, added to the cluster's entry (mpiray list, logs)."""
         provider_node = json.loads(self.me.config.resources or "{}").get("NODE_ID_AS_RESOURCE")
-        self.joined = Join(self.me.current_session.own_job_id, self.me.host, os.getpid(), len(cluster.nodes),
-                           cluster.total_cpus, cluster.total_gpus, [r.node_id for r in cluster.nodes],
-                           self.me.started, time.time(), provider_node)
+        self.joined = Join(job_id=self.me.current_session.own_job_id, host=self.me.host, pid=os.getpid(),
+                           nodes=len(cluster.nodes), cpus=cluster.total_cpus, gpus=cluster.total_gpus,
+                           node_ids=[r.node_id for r in cluster.nodes],
+                           started=self.me.started, heartbeat=time.time(), provider_node=provider_node)
         self._say_joined(self.joined)
 
     def _say_joined(self, joined: Join) -> None:

@@ -98,12 +98,13 @@ def setup(config: Config, comm: Comm | None = None, stop: StopRequest | None = N
     host_comm = comm.split_by_host()
     view = resources.probe_host(gpu_vendor=config.gpu_vendor)
     # The one place a dry run is chosen for the node (the leader's: cli.leader_for); all else is the same code.
-    context = NodeContext(config, log, comm.rank, host, view, comm.library_version())
+    context = NodeContext(config=config, log=log, rank=comm.rank, host=host, view=view, mpi=comm.library_version())
     own_node: OwnNode = PlannedNode(context) if config.dry_run else RealNode(context)
     hosts = None
     if config.autoscale and config.ray_node_per == "host":  # the autoscaler counts the job's own Ray nodes
         hosts = comm.count(host_comm.rank == 0, config.startup_timeout)
-    me = Rank(config, comm, host_comm, env, log, stop, host, view, own_node, hosts=hosts)
+    me = Rank(config=config, comm=comm, host_comm=host_comm, env=env, log=log, stop=stop, host=host, view=view,
+              own_node=own_node, hosts=hosts)
     # What a rank sees of its host does not depend on the session: send it before waiting for one.
     if host_comm.rank != 0:
         host_comm.send(me.view, 0, LOCAL)

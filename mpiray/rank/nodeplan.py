@@ -59,8 +59,10 @@ def plan(config: Config, session: Session, where: Where, share: Share, *, ports:
                                      host=where.host, rank=where.rank, role=role, partition=where.partition,
                                      switch=where.switch, user=labels.parse(config.labels or ""))
     checks = image.dashboard_checks_token if image is not None else not config.container and dashboard_checks_token
-    spec = commands.NodeSpec(node_ip, str(ray_dir), share, ports, f"{where.host}-rank{where.rank}",
-                             commands.node_resources(config.resources, slots, role), autoscaling_config,
+    spec = commands.NodeSpec(node_ip=node_ip, temp_dir=str(ray_dir), share=share, ports=ports,
+                             node_name=f"{where.host}-rank{where.rank}",
+                             resources=commands.node_resources(config.resources, slots, role),
+                             autoscaling_config=autoscaling_config,
                              spill_dir=str(spill.ray_spill_dir(job_spill_dir(config, session.spill_key))),
                              labels=labels.text(node_labels),
                              ray_labels=labels.text(labels.ray_labels(market_type=config.market_type, host=where.host,

@@ -67,8 +67,8 @@ class PlannedNode:
         spec = self.spec
         assert spec is not None, "up() before start()"
         share = spec.share
-        return NodeInfo(f"dry-run-{self.context.rank}", spec.node_ip, spec.node_name, spec.temp_dir,
-                        {"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
+        return NodeInfo(node_id=f"dry-run-{self.context.rank}", ip=spec.node_ip, name=spec.node_name, temp_dir=spec.temp_dir,
+                        resources={"CPU": float(share.cpus), "GPU": float(len(share.gpu_ids)), "memory": float(share.memory)})
 
     def check_running(self) -> None:
         pass

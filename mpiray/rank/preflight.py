@@ -131,7 +131,8 @@ def hello(me: Rank, link: str = "", waits: bool = False) -> Hello:
     for the link check (rank/linkcheck.py), whether it waits for rank 0's VERDICT."""
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
-    return Hello(me.host, str(me.log.path), versions(me), host_findings(me, shared), link, waits)
+    return Hello(host=me.host, log=str(me.log.path), versions=versions(me), findings=host_findings(me, shared), link=link,
+                 waits=waits)
 
 
 def make_marker(me: Rank) -> str:

@@ -112,8 +112,9 @@ class RankZero:
             live.close()
         nodes = tuple(r for r in reports if r.node_id)
         token_path, private_dir = me.own_node.access()
-        cluster = Cluster(me.current_session, nodes, me.current_session.job_dir(config.log_dir), token_path,
-                          config.stop_grace, private_dir, driver_gpus=driver_gpu_variables(me.view))
+        cluster = Cluster(session=me.current_session, nodes=nodes, log_dir=me.current_session.job_dir(config.log_dir),
+                          token_path=token_path, stop_grace=config.stop_grace, private_dir=private_dir,
+                          driver_gpus=driver_gpu_variables(me.view))
         me.log.event("cluster_ready", workers=len(reports) - 1, nodes=len(nodes), cpus=cluster.total_cpus,
                      gpus=cluster.total_gpus, seconds=round(time.time() - me.started, 3))
         session = me.current_session

@@ -246,6 +246,21 @@ def test_a_function_takes_at_most_four_positional_arguments():
     assert crowded == []
 
 
+def test_a_class_is_given_at_most_four_values_by_position():
+    """As for a def (above), for the calls: Join(...) took 10 values in a row, Share 7 with two byte counts side by
+    side. A class of the package is one defined in it."""
+    classes = {node.name for path in modules().values() for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ClassDef)}
+    crowded = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and len(node.args) > MAX_POSITIONAL:
+                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                if called in classes:
+                    crowded.append(f"{name}:{node.lineno} {called}({len(node.args)} by position)")
+    assert crowded == []
+
+
 def test_no_two_modules_of_the_package_share_a_file_name():
     # One name, one module: `links` or `preflight` in two layers made every reader ask which one was meant.
     seen: dict[str, list[str]] = {}

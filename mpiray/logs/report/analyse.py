@@ -150,7 +150,8 @@ def _job_causes(ranks: list[RankEntry], facts: Mapping[int, RankFacts],
     found = []
     for kind, events in by_kind.items():
         title, fix = events[0].cause or ("", "")
-        found.append(FoundCause(kind, title, fix, [0], [f"{event.driver}: {event.text[:200]}" for event in events[:3]]))
+        found.append(FoundCause(cause=kind, title=title, fix=fix, ranks=[0],
+                                evidence=[f"{event.driver}: {event.text[:200]}" for event in events[:3]]))
     return found + [c for c in causes if not (found and c.cause == "driver_failed")]
 
 
@@ -169,8 +170,8 @@ def driver_events(name: str, records: list[dict]) -> list[DriverEvent]:
         except (KeyError, IndexError, ValueError):
             text = f"{record['event']} {fields}"
         cause = kind.get("cause")
-        out.append(DriverEvent(name, record["event"], record.get("level", INFO), fields, text,
-                               (cause[0], cause[1]) if cause else None))
+        out.append(DriverEvent(driver=name, event=record["event"], level=record.get("level", INFO), fields=fields, text=text,
+                               cause=(cause[0], cause[1]) if cause else None))
     return out
 
 
@@ -334,13 +335,14 @@ def _count(number: int, thing: str) -> str:
 def _first_error(facts: Mapping[int, RankFacts], rel) -> FirstError | None:
     """The earliest ERROR line of any rank; one rank 0 relays is the failing rank's own."""
     # (the error as rank 0 would relay it, who reported it): a rank's own wins over a relay of it at the same time
-    candidates = [(JobError(e.time, f.rank, f.host, f.log, e.message, e.cause), f.rank)
+    candidates = [(JobError(time=e.time, rank=f.rank, host=f.host, log=f.log, message=e.message, cause=e.cause), f.rank)
                   for f in facts.values() for e in f.errors]
     candidates += [(error, f.rank) for f in facts.values() for error in f.job_errors]
     if not candidates:
         return None
     error, reported_by = min(candidates, key=lambda c: (c[0].time, c[1] != c[0].rank))
-    return FirstError(rel(error.time), error.rank, error.host, error.log, error.message, reported_by, error.cause)
+    return FirstError(s=rel(error.time), rank=error.rank, host=error.host, log=error.log, message=error.message,
+                      reported_by=reported_by, cause=error.cause)
 
 
 def _never_reported(entry: RankEntry, facts: RankFacts | None, rel) -> NeverReported:

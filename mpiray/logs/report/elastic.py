@@ -27,7 +27,8 @@ def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: 
                                                                           facts.stopped_seconds, "stopping")]
             marks = [(t, kind) for t, kind in marks if t is not None]
             segments = [[kind, rel(start), rel(stop)] for (start, kind), (stop, _) in zip(marks, marks[1:] + [(end, "")])]
-            ranks.append(JoinedRank(rank, facts.host, facts.ip, facts.resources, describe(facts.resources),
+            ranks.append(JoinedRank(rank=rank, host=facts.host, ip=facts.ip, resources=facts.resources,
+                                    resources_text=describe(facts.resources),
                                     joined_s=rel(facts.joined), left_s=rel(facts.stopped), exit_code=facts.exit_code,
                                     log=path, error=facts.errors[0].message if facts.errors else "", segments=segments))
         codes = {r.exit_code for r in ranks if r.exit_code is not None}
@@ -37,7 +38,8 @@ def joined_jobs(joins: Mapping[str, Mapping[int, tuple[str, list[dict]]]], rel: 
 
 def decisions(records: list[dict], rel: Callable) -> list[Decision]:
     """The autoscaler's events: what it saw and did, in order."""
-    return [Decision(rel(local_seconds(r)), r["event"], r["fields"], r["level"], text(r["event"], r["fields"]))
+    return [Decision(s=rel(local_seconds(r)), event=r["event"], fields=r["fields"], level=r["level"],
+                     text=text(r["event"], r["fields"]))
             for r in records]
 
 

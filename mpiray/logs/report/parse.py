@@ -173,12 +173,12 @@ class RankFacts:
         self.errors.append(RankError(time, f"unexpected failure: {last[0]}", "unexpected", "unexpected"))
 
     def _worker_failed(self, time: float, f: dict) -> None:
-        self.job_errors.append(JobError(time, f["peer"], f.get("peer_host", ""), f.get("log", ""),
-                                        f.get("message", ""), f.get("cause", "")))
+        self.job_errors.append(JobError(time=time, rank=f["peer"], host=f.get("peer_host", ""), log=f.get("log", ""),
+                                        message=f.get("message", ""), cause=f.get("cause", "")))
 
     def _startup_timeout(self, time: float, f: dict) -> None:
-        self.job_errors.append(JobError(time, self.rank, self.host, self.log, text("startup_timeout", f),
-                                        "startup_timeout"))
+        self.job_errors.append(JobError(time=time, rank=self.rank, host=self.host, log=self.log,
+                                        message=text("startup_timeout", f), cause="startup_timeout"))
         for missing in f.get("missing", []):
             self.peer(missing["rank"], host=missing.get("host", ""))
             self.missing.append(missing["rank"])
@@ -227,9 +227,9 @@ _SETS: dict[str, dict] = {
     "job_ended": {"ended": _now},
     "node_manifest": {"manifest": lambda t, f: dict(f)},
     "batch_job": {"batch_job": lambda t, f: dict(f)},
-    "nodes_excluded": {"left_out": lambda t, f: LeftOut(str(f.get("hosts", "")), int(f.get("nodes", 0)),
-                                                        int(f.get("requested", 0)), str(f.get("why", "")),
-                                                        str(f.get("exclude", "")))},
+    "nodes_excluded": {"left_out": lambda t, f: LeftOut(hosts=str(f.get("hosts", "")), nodes=int(f.get("nodes", 0)),
+                                                        requested=int(f.get("requested", 0)), why=str(f.get("why", "")),
+                                                        exclude=str(f.get("exclude", "")))},
     "exit": {"exit_time": _now, "exit_code": lambda t, f: f.get("code")},
 }
 # Events that RankFacts reads with a method of its own (or adds to a list).

@@ -146,8 +146,8 @@ def joined_rows(report: JobReport, first: int) -> list[Row]:
     rows: list[Row] = []
     for job in report.joined_jobs:
         for r in job.ranks:
-            rows.append(Row(first + len(rows), f"job {job.job_id} rank {r.rank}", r.host,
-                            "failed" if r.error else "ok", r.segments, r.exit_code))
+            rows.append(Row(y=first + len(rows), label=f"job {job.job_id} rank {r.rank}", host=r.host,
+                            status="failed" if r.error else "ok", segments=r.segments, exit_code=r.exit_code))
     return rows
 
 
