@@ -176,7 +176,7 @@ def worker_command(ray: Sequence[str], spec: NodeSpec, gcs_address: str) -> list
 # other threads are in gRPC, the child closes its inherited fds, gRPC's poller in it aborts (rc -11 or -6,
 # empty logs). A Ray Client driver then fails "Starting Ray client server failed" (ray-project/ray#63202,
 # open in Ray 2.60): here 9 of 100 drivers, 4 at a time, by hand, 0 of 100 under mpiray (Fisher's exact test
-# p = 0.003, tests/benchmarks/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
+# p = 0.003, docs/reports/client_connect_report.md); the first driver of a fresh cluster more often (2 of 6 runs of
 # tests/real/local/test_attach.py before, 0 of 12 after). Off, the child just execs; gRPC's Python layer supports no use
 # of gRPC in a forked child either way.
 GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"

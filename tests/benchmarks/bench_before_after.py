@@ -12,7 +12,7 @@ start to the driver's first line, and the driver's last line to the job's exit. 
 machine that slows down during the run does not favour either side.
 
 The default base is the code before #52's refactor (f01c957, the node's plan apart from its life, came next).
-Prints a table and writes before_after_report.md / before_after_report.json beside this file (--out).
+Prints a table and writes before_after_report.md / before_after_report.json in docs/reports/ (--out).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mpiray.host.processes import become_subreaper
 from harness import (
     JOB_REGISTRY,
     PYTHON,
+    REPORTS,
     ROOT,
     Interrupted,
     descendant_pids,
@@ -131,7 +132,7 @@ def parse_args(argv):
     parser.add_argument("--base", default=BASE, help="the earlier commit (default %(default)s: before #52's refactor)")
     parser.add_argument("--repeats", type=int, default=10, help="runs of each side per rank count (default 10)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4], help="rank counts (default 1 2 4)")
-    parser.add_argument("--out", type=Path, default=HERE, help="where the reports go (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=REPORTS, help="where the reports go (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or min(args.ranks) < 1:
         parser.error("--repeats and --ranks must be >= 1")

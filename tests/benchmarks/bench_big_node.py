@@ -11,7 +11,7 @@ at once, wait until every one answers) on
 Measured: seconds from the start to the driver's start (the node up), seconds from the driver's first
 actor to the last one answering, the actors' memory (USS: each one's own pages; RSS counts the shared
 ones once per actor), how many became ready. Prints a table with mpiray's ratios to the reference,
-writes big_node_report.md and big_node_report.json beside this file.
+writes big_node_report.md and big_node_report.json in docs/reports/.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import write_report
+from harness import REPORTS, write_report
 from process_control import end_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--cpus", type=int, default=104)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-big-node-"))
     rows: dict[str, list[dict]] = {"by_hand": [], "mpiray": []}

@@ -10,7 +10,7 @@ drivers do, then stops the node:
 - mpiray: `python start_ray.py -- <a driver that waits>` and its registry's client port and token.
 Measured: the drivers whose ray.init() failed (Ray's "Starting Ray client server failed": the proxy's child
 died before it ran, ray-project/ray#63202), and the connect time of those that connected. Prints a table,
-writes client_connect_report.md and client_connect_report.json beside this file.
+writes client_connect_report.md and client_connect_report.json in docs/reports/.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mpiray.elastic.registry import Registry
 
-from harness import write_report
+from harness import REPORTS, write_report
 from process_control import end_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--at-once", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-client-"))
     rows = {}

@@ -10,7 +10,7 @@ beforehand (tests/containers/image.sh; podman's in its storage):
    `python3` in the image): srun's start to its end, nodes, driver and teardown included;
 3. the image's start on one node alone: `ch-run IMAGE -- true` and `podman run --rm IMAGE true` in a host's
    network namespace, median of 5.
-Prints a table and writes container_report.md / container_report.json beside this file. Goal: each image's job
+Prints a table and writes container_report.md / container_report.json in docs/reports/. Goal: each image's job
 within 1.2x the bare one.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from containers.images import IMAGE_SCRIPT, runtime_env
 from elastic_measures import interleave, row, table
-from harness import write_report
+from harness import REPORTS, write_report
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def image_start_s(bed, runtime: str, reference: str, repeats: int = 5) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     references = {runtime: image(runtime) for runtime in ("charliecloud", "podman")}
     bed = testbed.up()

@@ -10,7 +10,7 @@ On the 3-host Slurm testbed (root; brought up if need be), interleaved, each rep
 2. by hand (the reference): the same head job with a driver that waits for a second node, and the
    same worker job script (mpiray/batch/slurm.py) given to `sbatch` by the benchmark; measured: sbatch ->
    the worker's node ALIVE.
-Prints a table and writes elastic_report.md / elastic_report.json beside this file. Goal: the
+Prints a table and writes elastic_report.md / elastic_report.json in docs/reports/. Goal: the
 autoscaled path within 1.5x the by-hand one.
 """
 
@@ -33,7 +33,7 @@ from mpiray.elastic.registry import Registry
 from mpiray.rank.nodeplan import AUTOSCALER_UPDATE_S
 
 from elastic_measures import DEMAND, interleave, node_alive_time, row, table
-from harness import write_report
+from harness import REPORTS, write_report
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def queued(bed) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     bed = testbed.up()
     with tempfile.TemporaryDirectory(prefix="mpiray-bench-elastic-", dir=testbed.SHARED_DIR) as tmp:

@@ -10,7 +10,7 @@ node-local disk, a GCS that dies started again) and N = 0 (Ray's in-memory table
 seconds from rank 0's start to a cluster whose every node has joined (rank 0's cluster_ready), and env steps per
 second over iterations 2-5 (the first builds the learner). Goal: the store costs nothing measurable (the ratio
 within the runs' own spread).
-Prints a table and writes gcs_store_report.md / gcs_store_report.json beside this file.
+Prints a table and writes gcs_store_report.md / gcs_store_report.json in docs/reports/.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import write_report
+from harness import REPORTS, write_report
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def markdown(runs: dict[str, list[dict]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-gcs-store-", dir=str(Path.home())))  # the hosts share $HOME
     started_here = not testbed.is_up()

@@ -20,7 +20,7 @@ minute hits them alike. Measures:
  6. RLlib PPO on CartPole-v1, env steps/s through `mpirun -np 2 start_ray.py` vs `ray.init(num_cpus=2)`;
  7. memory: RSS (and PSS) of the process tree of an idle Ray worker node started by the launcher.
 
-Writes launcher_report.md and launcher_report.json to --out-dir (default: this file's directory).
+Writes launcher_report.md and launcher_report.json to --out-dir (default: docs/reports/).
 It ends only processes it started, by PID or by the group of a job it started in a session of its own,
 with the tests' process control (tests/support/process_control.py): it makes itself a child subreaper, so the
 processes that `ray start` daemonizes stay its descendants; it never uses `ray stop` or kills by name.
@@ -41,6 +41,7 @@ from mpiray.host.processes import become_subreaper
 
 from harness import (
     JOB_REGISTRY,
+    REPORTS,
     Interrupted,
     descendant_pids,
     log,
@@ -332,7 +333,7 @@ def parse_args(argv):
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each timing; the median is reported (default 3)")
     parser.add_argument("--quick", action="store_true", help="1 repeat, no RLlib throughput")
     parser.add_argument("--no-slurm", dest="slurm", action="store_false", help="skip the Slurm testbed")
-    parser.add_argument("--out-dir", type=Path, default=HERE, help="where the reports go (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=REPORTS, help="where the reports go (default: %(default)s)")
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="the idle driver's run (5, 7; default 30)")
     parser.add_argument("--rllib-seconds", type=float, default=30.0,
                         help="measured training time per RLlib run, after imports and a warm-up iteration (default 30)")

@@ -10,7 +10,7 @@ On the 3-host Slurm testbed (root; brought up if need be), one run at a time:
    and on a cluster started by hand on the same three hosts (`ray start --head` / `--address`, each node in
    its host's namespace, with GLOO_SOCKET_IFNAME=eth0 set by hand), interleaved: median seconds per
    iteration (2-4), and the ratio. Goal: mpiray costs nothing (<= 1.05x).
-Prints a table and writes learners_report.md / learners_report.json beside this file.
+Prints a table and writes learners_report.md / learners_report.json in docs/reports/.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import write_report
+from harness import REPORTS, write_report
 from process_control import end_group
 from slurm import testbed
 
@@ -141,7 +141,7 @@ def markdown(scaling: list[dict], cost: dict[str, list[dict]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--learners", default="1,2,3", help="remote learner counts of the scaling part ('' skips it)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-learners-"))

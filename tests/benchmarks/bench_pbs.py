@@ -12,7 +12,7 @@ the Python of `bash tests/envs.sh pbs` (jobs run as the testbed's ordinary user)
    (mpiray/batch/pbs.py) given to `qsub` by the benchmark -> the worker's node ALIVE;
 4. elastic: `qsub jobs/pbs_elastic.sh --autoscale 1:2`, whose driver asks for a STRICT_SPREAD group of
    2 one-CPU bundles -> the node of the worker job Ray's autoscaler asked for ALIVE.
-Prints a table and writes pbs_report.md / pbs_report.json beside this file. Goal (as on Slurm): the
+Prints a table and writes pbs_report.md / pbs_report.json in docs/reports/. Goal (as on Slurm): the
 autoscaled path within 1.5x the by-hand one.
 """
 
@@ -32,7 +32,7 @@ from mpiray.logs.events import read_events
 from mpiray.rank.nodeplan import AUTOSCALER_UPDATE_S
 
 from elastic_measures import DEMAND, interleave, node_alive_time, row, series, table
-from harness import write_report
+from harness import REPORTS, write_report
 from pbs import testbed
 from pbs.fixture import PbsJobs
 from process_control import wait_for
@@ -118,7 +118,7 @@ def queued(bed) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--elastic-only", action="store_true", help="only the elastic measures; no report written")
     args = parser.parse_args()
     reason = testbed.unavailable_reason()

@@ -32,7 +32,7 @@ Measures, per run:
 - why, from the peer's own words: the last lines of the job's output (its `ray start`s' and srun's messages) of
   every run that hung or lost the driver's exit code.
 Ratios: each peer's median ready s over mpiray's in the same run. The targets are stated below; the report
-computes the verdicts. Writes peers_report.md and .json to --out (default: beside this file).
+computes the verdicts. Writes peers_report.md and .json to --out (default: in docs/reports/).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import PYTHON, ROOT, clean_env, log, write_report
+from harness import PYTHON, REPORTS, ROOT, clean_env, log, write_report
 from slurm import testbed
 
 START_RAY = ROOT / "start_ray.py"
@@ -279,7 +279,7 @@ def report(table: dict[str, dict], ratios: dict[str, float | None]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     started_here = not testbed.is_up()
     bed = testbed.up()

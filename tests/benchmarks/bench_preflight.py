@@ -14,7 +14,7 @@
    imports before MPI_Init), and the CPU seconds of each run (all its processes, from the kernel's accounting of
    the children): on a machine with fewer cores than ranks the wall time follows the CPU seconds, so the report
    splits the dry run's extra CPU per rank into the import and the rest (the protocol, the pre-flight, the logs).
-Prints a table and writes preflight_report.md / preflight_report.json beside this file.
+Prints a table and writes preflight_report.md / preflight_report.json in docs/reports/.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import write_report
+from harness import REPORTS, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -78,7 +78,7 @@ def seconds(argv: list[str], cwd: Path) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     compileall.compile_dir(str(ROOT / "mpiray"), quiet=1)
     scratch = Path(tempfile.mkdtemp(prefix="bench-preflight-"))

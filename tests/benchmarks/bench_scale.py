@@ -12,7 +12,7 @@
    same rank counts (median of 3 each), and rank 0's / a worker's MPI message counts. 256 ranks on
    one host use --ray-node-per host: 256 blocks of 100 ports do not fit one host's port range.
    mpiray's bytecode is compiled first, as an installed package's is.
-Prints a table, writes scale_report.md, scale_report.json and scale.png beside this file.
+Prints a table, writes scale_report.md, scale_report.json and scale.png in docs/reports/.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mpiray.logs.events import read_events
 
-from harness import write_report
+from harness import REPORTS, write_report
 from slurm import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,7 @@ def report(real: list[dict], protocol: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs-24", type=int, default=5, help="runs of the 24-node case")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--skip-real", action="store_true", help="only the --dry-run part (no root needed)")
     parser.add_argument("--per-host", default="1,2,4", help="ranks per host of the single runs (default 1,2,4)")
     args = parser.parse_args()

@@ -27,6 +27,7 @@ from helpers import assert_pids_logged
 from process_control import alive, descendants, describe, end_group, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
+REPORTS = ROOT / "docs" / "reports"  # the kept reports, beside the pages that quote them (each script's --out default)
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 STOP_GRACE_S = 10.0
@@ -260,7 +261,7 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-REPORT_FILE = re.compile(r"tests/benchmarks/(\w+_report\.(md|json)|scale\.png)$")
+REPORT_FILE = re.compile(r"docs/reports/(\w+_report\.(md|json)|scale\.png)$")
 
 
 def run_facts(command: list[str] | None = None) -> dict:

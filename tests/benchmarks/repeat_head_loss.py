@@ -12,7 +12,7 @@ defined after it) with 3 ranks, in each shape users run it, the shapes interleav
 A run counts as exit 1 only when the launcher returned 1, every rank's process ended with 1 as the launcher saw it
 (Hydra's -print-all-exitcodes, srun's per-task lines: not killed, not a status Hydra set to 0 for a rank it killed)
 and every rank logged exit code 1. Not a timing: the seconds are there to show what a run costs (this is not part of
-CI's time). Writes head_loss_report.md and .json to --out (default: beside this file).
+CI's time). Writes head_loss_report.md and .json to --out (default: in docs/reports/).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20, help="runs of each shape (default: 20)")
     parser.add_argument("--no-slurm", action="store_true", help="leave out the srun shape (no Slurm testbed)")
-    parser.add_argument("--out", type=Path, default=HERE, help="where the report goes (default: beside this file)")
+    parser.add_argument("--out", type=Path, default=harness.REPORTS, help="where the report goes (default: %(default)s)")
     args = parser.parse_args(argv)
     shapes, bed = list(head_loss.SHAPES), None
     if not args.no_slurm:

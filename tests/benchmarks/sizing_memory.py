@@ -14,7 +14,7 @@ over the samples; for all of them: the largest summed RSS, PSS, processes, threa
 machine's used memory and /dev/shm above what they were before the start. On the timeout the child's
 process group goes (os.killpg by the child's PID, in tests/support/process_control.py's end_group); nothing is
 found by name. The results go to a temporary directory, removed afterwards. Prints a table per run and
-writes sizing_memory_report.md beside this file.
+writes sizing_memory_report.md in docs/reports/.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import write_report
+from harness import REPORTS, write_report
 from process_control import end_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,7 +233,7 @@ def main() -> int:
     parser.add_argument("--learners", default="0,1", help="remote learner counts, one run each (default: 0,1; "
                                                           "0: the local learner, in ray::PPO)")
     parser.add_argument("--no-uss", dest="uss", action="store_false", help="RSS alone (no /proc/PID/smaps reads)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args()
     tables: list[str] = []
     failed = False

@@ -1,4 +1,4 @@
-"""The figures the pages quote come from the kept benchmark reports (tests/benchmarks/*_report.md), and every report
+"""The figures the pages quote come from the kept benchmark reports (docs/reports/*_report.md), and every report
 a page quotes says what made it: the commit, machine and command (harness.run_facts), one `bash tests/benchmarks/run
 all` regenerating them all. A figure is a number with a decimal point or a unit (s, ms, x, ×, %, MiB,
 GiB) in a paragraph, list item or table row that links a report: its number must appear, as printed, in one of
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "tests" / "benchmarks"
+BENCHMARKS = ROOT / "docs" / "reports"
 PAGES = [ROOT / "docs" / "performance.md", ROOT / "docs" / "sizing.md", ROOT / "docs" / "elastic.md",
          ROOT / "docs" / "storage.md"]
-REPORT_LINK = re.compile(r"tests/benchmarks/(\w+_report)\.md")
+REPORT_LINK = re.compile(r"reports/(\w+_report)\.md")
 FIGURE = re.compile(r"(?<![\w.-])(\d+(?:\.\d+)?(?:\s?(?:ms|s|x|×|%|MiB|GiB)\b|x(?!\w))|\d+\.\d+(?![.\d]))")
 # A version, not a figure: "Ray 2.60", "torch 2.13", "before 2.57", "OpenPBS 23.06".
 VERSION_BEFORE = re.compile(r"(Ray|torch|Python|OpenPBS|Slurm|before|since|from)\s$")
@@ -36,7 +36,7 @@ def quoted() -> list[tuple[str, str, list[str]]]:
     for page in PAGES:
         for block in paragraphs(page):
             reports = sorted(set(REPORT_LINK.findall(block)))
-            text = REPORT_LINK.sub("", re.sub(r"\(\.\./[^)]*\)", "", block))  # links' own digits are no figure
+            text = REPORT_LINK.sub("", re.sub(r"\((?:\.\./|reports/)[^)]*\)", "", block))  # links' own digits are no figure
             for figure in FIGURE.finditer(text):
                 if not VERSION_BEFORE.search(text[max(0, figure.start() - 10):figure.start()]):
                     found.append((page.name, figure.group(), reports))

@@ -40,7 +40,7 @@ USER_DRIVER = ("import json, ray\nray.init()\n"
 # Its own process table: no raylet in it. unshare killed (a test's timeout) kills its child, the namespace's init,
 # and with it everything in the namespace.
 LOGIN_HOST = ["unshare", "--pid", "--kill-child", "--mount-proc", "--"]
-# 5 of 100 such drivers failed by hand (tests/benchmarks/client_connect_report.md): 20 all connect 36% of the time.
+# 5 of 100 such drivers failed by hand (docs/reports/client_connect_report.md): 20 all connect 36% of the time.
 DRIVERS_AT_ONCE, ROUNDS = 4, 5
 
 
