@@ -268,3 +268,24 @@ def test_no_two_modules_of_the_package_share_a_file_name():
         if path.name not in ("__init__.py", "__main__.py"):
             seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+# The one module that replaces something of Python's, and why no other way exists (docs/library.md, its opening).
+REPLACES_BUILTINS = {
+    "mpiray.leaders.script": "plain `python SCRIPT` with init(): an exit handler cannot read the code the interpreter "
+                             "exits with, so the script's SystemExit and uncaught exception are seen as they pass",
+}
+
+
+def test_no_module_replaces_a_builtin_or_a_hook_of_sys_but_the_listed_one():
+    replacing = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and (
+                            item.value.id == "builtins" or item.value.id == "sys" and item.attr != "argv"):
+                        replacing.add(name)
+    assert replacing == set(REPLACES_BUILTINS)
