@@ -106,8 +106,7 @@ def check(me: Rank, hellos: dict[int, Hello]) -> dict[str, list[Finding]]:
     if listener is None or not takers:
         if listener is not None:
             listener.close()
-        for rank, _ in takers.values():  # a worker that listens waits for its PROBE: let it go
-            me.comm.send(Probe(b"", (), 0), rank, PROBE)
+        release(me, hellos)
         return {}
     try:
         addresses = {me.host: listener.address, **{host: link for host, (_, link) in takers.items()}}
@@ -166,6 +165,13 @@ def measure(listener: Listener, key: bytes, peers: list[tuple[str, str]], *, exp
         else:
             figures.rtt_ms[host] = round(trip, 3)
     return figures
+
+
+def release(me: Rank, hellos: dict[int, Hello]) -> None:
+    """rank 0, where no check runs: each worker that listens, let go (it waits for its PROBE)."""
+    for rank, hello in sorted(hellos.items()):
+        if hello.link:
+            me.comm.send(Probe(b"", (), 0), rank, PROBE)
 
 
 def take_part(me: Rank, listener: Listener) -> None:

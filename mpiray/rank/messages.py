@@ -92,6 +92,7 @@ class Hello(NamedTuple):
     findings: list[Finding]
     link: str = ""  # where its host's first rank listens for the link check (rank/linkcheck.py), "" for not at all
     waits: bool = False  # it waits for rank 0's VERDICT before splitting its host (the link check, --spares)
+    first: bool = False  # its host's first rank, as MPI splits the ranks by host (two with one name: two hosts)
 
 
 class Verdict(NamedTuple):

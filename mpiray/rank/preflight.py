@@ -132,7 +132,7 @@ def hello(me: Rank, link: str = "", waits: bool = False) -> Hello:
     marker = getattr(me.session, "marker", "")
     shared = (me.current_session.job_dir(me.config.log_dir) / marker).exists() if marker else None
     return Hello(host=me.host, log=str(me.log.path), versions=versions(me), findings=host_findings(me, shared), link=link,
-                 waits=waits)
+                 waits=waits, first=me.host_comm.rank == 0)
 
 
 def make_marker(me: Rank) -> str:
@@ -168,6 +168,25 @@ def gather(me: Rank) -> dict[int, Hello]:
         me.log.event("worker_waiting", peer=message.source, peer_host=hello.host, log=hello.log)
     remove_marker(me)  # every host has looked
     return hellos
+
+
+def hostname_clash(me: Rank, hellos: dict[int, Hello]) -> str:
+    """rank 0: "" where every host (as MPI splits the ranks) has a hostname of its own; else the line that refuses
+    the job (exit 2) and names them. mpiray tells hosts apart by name (the pre-flight's table, the link check, the
+    hosts left out, a lost host's ranks): two hosts that both say `vm` (containers that share one name) were one."""
+    firsts: dict[str, list[int]] = {me.host: [0]}
+    for rank, hello in sorted(hellos.items()):
+        if hello.first:
+            firsts.setdefault(hello.host, []).append(rank)
+    shared = {name: ranks for name, ranks in firsts.items() if len(ranks) > 1}
+    if not shared:
+        return ""
+    every = {0: me.host, **{rank: hello.host for rank, hello in hellos.items()}}
+    named = "; ".join(f"{name!r} is the hostname of {len(first)} hosts (ranks "
+                      f"{_ranges(sorted(r for r, host in every.items() if host == name))}, their first ranks "
+                      f"{', '.join(map(str, first))})" for name, first in sorted(shared.items()))
+    return (f"hosts that MPI tells apart share a hostname: {named}; mpiray tells hosts apart by name: give each host "
+            f"its own (a container's --hostname, or the node's own name)")
 
 
 def refusal(findings: list[Finding]) -> str:

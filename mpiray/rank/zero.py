@@ -151,6 +151,9 @@ class RankZero:
         self.hellos = preflight.gather(me)
         if len(self.hellos) < me.comm.size - 1:
             raise WorkersMissing(_missing(me, {0, *self.hellos}, self.hellos), me.config.startup_timeout)
+        if clash := preflight.hostname_clash(me, self.hellos):
+            linkcheck.release(me, self.hellos)  # the hosts that listen wait for their PROBE
+            raise ConfigError(clash)
         slow = linkcheck.check(me, self.hellos)
         judged = preflight.judge(me, self.hellos, slow)
         config = me.config

@@ -76,9 +76,9 @@ def test_rank_0_failing_before_the_session_stops_the_waiting_workers(tmp_path, c
     assert [r["fields"]["code"] for r in job.events(1, "job_ended")] == [2]
 
 
-def test_a_worker_that_never_starts_is_named_at_the_startup_timeout(tmp_path, config):
+def test_a_worker_that_never_starts_is_named_at_the_startup_timeout(tmp_path, config, names):
     quick = replace(config, startup_timeout=0.3, stop_grace=0)
-    job = Job(tmp_path, 3, ScriptedLeader(), quick, missing=(2,), hosts=["n1", "n1", "n2"])
+    job = Job(tmp_path, 3, ScriptedLeader(), quick, missing=(2,), hosts=["n1", "n1", "n2"], names=names)
     assert job.wait() == {0: 1, 1: 1}
     (timeout,) = job.events(0, "startup_timeout")
     assert [m["rank"] for m in timeout["fields"]["missing"]] == [2]
@@ -144,15 +144,18 @@ def test_one_ray_node_per_host_leaves_the_hosts_other_ranks_idle(tmp_path, confi
 
 
 @pytest.mark.parametrize("autoscale, hosts", [("1:4", 2), (None, None)])
-def test_the_ranks_count_their_hosts_when_the_autoscaler_counts_ray_nodes_per_host(tmp_path, config, autoscale, hosts):
+def test_the_ranks_count_their_hosts_when_the_autoscaler_counts_ray_nodes_per_host(tmp_path, config, autoscale, hosts,
+                                                                                  names):
     leader = ScriptedLeader()
-    job = Job(tmp_path, 4, leader, replace(config, ray_node_per="host", autoscale=autoscale), hosts=["a", "a", "b", "b"])
+    job = Job(tmp_path, 4, leader, replace(config, ray_node_per="host", autoscale=autoscale), hosts=["a", "a", "b", "b"],
+              names=names)
     assert job.wait() == {0: 0, 1: 0, 2: 0, 3: 0}
     assert leader.me.hosts == hosts
 
 
-def test_a_big_nodes_ports_are_planned_by_its_cpus_and_a_host_that_cannot_hold_them_is_refused(tmp_path, config):
-    job = Job(tmp_path, 2, ScriptedLeader(), replace(config, num_cpus=104), hosts=["x1000c0s0b0n0", "x1000c0s0b0n1"])
+def test_a_big_nodes_ports_are_planned_by_its_cpus_and_a_host_that_cannot_hold_them_is_refused(tmp_path, config, names):
+    job = Job(tmp_path, 2, ScriptedLeader(), replace(config, num_cpus=104), hosts=["x1000c0s0b0n0", "x1000c0s0b0n1"],
+              names=names)
     assert job.wait() == {0: 0, 1: 0}
     for rank in (0, 1):  # 300 ports each: 104 CPUs' worth of workers, and as many idle ones
         (planned,) = job.events(rank, "ports_planned")

@@ -11,10 +11,10 @@ import pytest
 
 from mpiray.rank import preflight
 
-from memory_comm import HostNames, Job, ScriptedLeader
+from memory_comm import Job, ScriptedLeader
 
 
-def test_ranks_that_run_other_versions_stop_the_job_before_anything_starts(tmp_path, config, monkeypatch):
+def test_ranks_that_run_other_versions_stop_the_job_before_anything_starts(tmp_path, config, monkeypatch, names):
     real = preflight.versions
 
     def versions(me):  # rank 2 started from another environment: another numpy
@@ -22,36 +22,41 @@ def test_ranks_that_run_other_versions_stop_the_job_before_anything_starts(tmp_p
         return {**found, "numpy": "1.26.4"} if me.rank == 2 else found
 
     monkeypatch.setattr(preflight, "versions", versions)
-    job = Job(tmp_path, 3, ScriptedLeader(), config, hosts=["n1", "n1", "n2"])
+    job = Job(tmp_path, 3, ScriptedLeader(), config, hosts=["n1", "n1", "n2"], names=names)
     assert job.wait() == {0: 2, 1: 2, 2: 2}
     (failed,) = job.events(0, "failed")
     message = failed["fields"]["message"]
     assert failed["fields"]["cause"] == "version_skew"
-    host = socket.gethostname()  # every thread's (the in-memory world groups the ranks by the hosts given)
-    assert "numpy 2" in message and f"but 1.26.4 on 1 host ({host}; ranks 2)" in message
+    assert "numpy 2" in message and "but 1.26.4 on 1 host (n2; ranks 2)" in message
     (table,) = job.events(0, "preflight")
     assert [row["ranks"] for row in table["fields"]["groups"]] == [[0, 1], [2]]
     assert not job.events(0, "head_alive")  # the head's `ray start` never went
 
 
-def test_a_hosts_unwritable_spill_dir_is_refused_naming_the_host(tmp_path, config):
+def test_a_hosts_unwritable_spill_dir_is_refused_naming_the_host(tmp_path, config, names):
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    job = Job(tmp_path, 3, ScriptedLeader(), config, hosts=["n1", "n2", "n2"],
-              configs={1: replace(config, spill_dir=blocked / "spill"), 2: replace(config, spill_dir=blocked / "spill")})
+    job = Job(tmp_path, 3, ScriptedLeader(), replace(config, bad_nodes="refuse"), hosts=["n1", "n2", "n2"], names=names,
+              configs={1: replace(config, bad_nodes="refuse", spill_dir=blocked / "spill"),
+                       2: replace(config, bad_nodes="refuse", spill_dir=blocked / "spill")})
     assert job.wait() == {0: 2, 1: 2, 2: 2}
     (failed,) = job.events(0, "failed")
     assert failed["fields"]["cause"] == "dir_unwritable"
-    assert failed["fields"]["message"].startswith(f"on {socket.gethostname()}: the spill dir {blocked / 'spill'} is "
-                                                  "not writable here")
+    assert failed["fields"]["message"].startswith(f"on n2: the spill dir {blocked / 'spill'} is not writable here")
 
 
-@pytest.fixture
-def names(monkeypatch) -> HostNames:
-    """Each rank's thread named after the host the test puts it on (n1, n2, ...)."""
-    found = HostNames()
-    monkeypatch.setattr(socket, "gethostname", found)
-    return found
+def test_hosts_that_share_a_hostname_are_refused_before_anything_starts_naming_their_ranks(tmp_path, config):
+    # Two hosts as MPI splits the ranks, both called as this machine is (containers that share one name): mpiray,
+    # which tells hosts apart by name, would take them for one (its link check then failed with a KeyError).
+    job = Job(tmp_path, 4, ScriptedLeader(), config, hosts=["n1", "n1", "n2", "n2"])
+    assert job.wait() == {0: 2, 1: 2, 2: 2, 3: 2}
+    (failed,) = job.events(0, "failed")
+    assert failed["fields"]["cause"] == "config"
+    assert failed["fields"]["message"] == (
+        f"hosts that MPI tells apart share a hostname: {socket.gethostname()!r} is the hostname of 2 hosts (ranks 0-3, "
+        "their first ranks 0, 2); mpiray tells hosts apart by name: give each host its own (a container's --hostname, "
+        "or the node's own name)")
+    assert not job.events(0, "head_alive") and not job.events(0, "link_check")
 
 
 def bad_spill(tmp_path, config):
