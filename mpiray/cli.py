@@ -29,6 +29,7 @@ from mpiray.leaders.dryrun import DryRunLeader
 from mpiray.options import parse_args
 from mpiray.rank import life, preflight
 from mpiray.rank.state import Leader
+from mpiray.rank.timings import EXIT_LIMIT
 from mpiray.raynode import container as containers
 
 # What the default driver (python -m train: RLlib PPO) imports beyond the launcher's own packages.
@@ -47,7 +48,8 @@ def run(argv: Sequence[str], prog: str = "mpiray run") -> int:
         say(os.environ, "error", str(error))
         quiet_exit_delay(os.environ)
         return error.exit_code
-    return life.run(config, leader)  # MPI_Init happens in there: only once the options are valid
+    # MPI_Init happens in there: only once the options are valid. Every rank finalizes right after the last barrier.
+    return life.run(config, leader, finalize_limit=EXIT_LIMIT)
 
 
 def leader_for(config: Config) -> Leader:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable, NamedTuple
@@ -35,7 +34,7 @@ from mpiray.rank.ownnode import RealNode
 from mpiray.rank.plannednode import NodeContext, PlannedNode
 from mpiray.rank.signals import StopRequest
 from mpiray.rank.state import Leader, Rank, Role
-from mpiray.rank.timings import DRIVER_POLL, EXIT_LIMIT, RAY_STOP_GRACE, TIME_LIMIT_EXIT
+from mpiray.rank.timings import DRIVER_POLL, RAY_STOP_GRACE, TIME_LIMIT_EXIT
 from mpiray.rank.worker import Worker
 from mpiray.rank.zero import RankZero
 
@@ -49,14 +48,16 @@ class Limit(NamedTuple):
 
 
 def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: StopRequest | None = None,
-        *, process_ends: bool = True, log: RankLog | None = None) -> int:
+        *, process_ends: bool = True, log: RankLog | None = None, finalize_limit: float | None = None) -> int:
     """This rank's whole job; every rank returns the same exit code.
 
     leader: rank 0's step (unused elsewhere). comm: the communicator (default: MPI's world, whose
     MPI_Init happens here). stop: how this process hears stop signals (default: installed here).
     process_ends: the process exits right after (else, e.g. mpiray.init(exit=False), signals are
     put back as they were, for the program that goes on). log: this rank's log, if made before
-    MPI_Init (early_log).
+    MPI_Init (early_log). finalize_limit: MPI_Finalize here, with that deadline, where every rank finalizes right
+    after the last barrier (the command line); None: mpi4py's at the interpreter's end (mpiray.init(): rank 0's
+    comes when its script's process ends, which no deadline here can know).
     """
     me = setup(config, comm, stop, log)
     role: Role
@@ -75,7 +76,7 @@ def run(config: Config, leader: Leader | None, comm: Comm | None = None, stop: S
         role = worker
         code = exit_code_of(me, worker.serve)
     code = teardown.finish(me, role, leader if me.rank == 0 else None, code)
-    leave(me, code, process_ends)
+    leave(me, code, process_ends, finalize_limit)
     return code
 
 
@@ -246,12 +247,12 @@ def time_limits(config: Config, scheduler: str, job: BatchJob, log: RankLog) -> 
     return limits
 
 
-def leave(me: Rank, code: int, process_ends: bool) -> None:
+def leave(me: Rank, code: int, process_ends: bool, finalize_limit: float | None = None) -> None:
     """The exit code is decided: no MPI_Finalize if a peer died (its closing barrier would never end);
     else no stop signal may change the code during MPI_Finalize (or, if the program goes on, the
-    signals are handled as before mpiray), and where the process ends MPI_Finalize has a deadline."""
+    signals are handled as before mpiray), and MPI_Finalize runs now, within finalize_limit s, where one is given."""
     if not me.all_met:
         me.comm.abandon(code)
     me.stop.release(process_ends)
-    if process_ends and threading.current_thread() is threading.main_thread():  # not mpiray.init()'s agent
-        me.comm.finalize_within(EXIT_LIMIT, code)
+    if process_ends and finalize_limit is not None:
+        me.comm.finalize_within(finalize_limit, code)
