@@ -74,9 +74,10 @@ def test_worker_rank_killed_during_startup(tmp_path):
     assert len(dirs) == 2 and not [d for d in dirs if os.path.exists(d)]
 
 
-def head_gcs_pid(job_dir: Path) -> int:
-    (gcs,) = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
-    return gcs
+def head_pid(job_dir: Path, name: str = "gcs_server") -> int:
+    """The pid of the head node's process of that name (gcs_server, raylet), as rank 0 logged its node's."""
+    (pid,) = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == name]
+    return pid
 
 
 def test_the_heads_gcs_killed_comes_back_and_the_drivers_actors_tasks_and_nodes_carry_on(tmp_path):
@@ -94,7 +95,7 @@ def test_the_heads_gcs_killed_comes_back_and_the_drivers_actors_tasks_and_nodes_
                 before = json.loads(line[len("BEFORE "):])
                 break
         if before is not None:
-            gcs = head_gcs_pid(job_dir)
+            gcs = head_pid(job_dir)
             os.kill(gcs, signal.SIGKILL)
             (back,) = wait_for_events(job_dir / "rank-0000.jsonl", "gcs_back", timeout=60)
             go.touch()
@@ -115,10 +116,12 @@ def test_the_heads_gcs_killed_comes_back_and_the_drivers_actors_tasks_and_nodes_
     assert not psutil.pid_exists(back["pid"])  # the GCS started again is stopped with its node
 
 
-def test_head_gcs_killed_while_the_driver_runs_without_restarts_ends_the_job(tmp_path):
-    proc, job_dir = start(tmp_path, 2, args=["--gcs-restarts", "0"], driver=[*PROBE, "--sleep", "600"])
+@pytest.mark.parametrize("process, args", [("gcs_server", ["--gcs-restarts", "0"]), ("raylet", [])],
+                         ids=["gcs-without-restarts", "raylet"])
+def test_the_heads_gcs_without_restarts_or_its_raylet_killed_ends_every_rank_with_1(tmp_path, process, args):
+    proc, job_dir = start(tmp_path, 2, args=args, driver=[*PROBE, "--sleep", "600"])
     wait_for_events(job_dir / "rank-0000.jsonl", "driver_started")[-1]
-    os.kill(head_gcs_pid(job_dir), signal.SIGKILL)
+    os.kill(head_pid(job_dir, process), signal.SIGKILL)
     killed_at = time.monotonic()
     run = finish(proc, job_dir, timeout=90)
     assert run.returncode == 1
@@ -127,8 +130,23 @@ def test_head_gcs_killed_while_the_driver_runs_without_restarts_ends_the_job(tmp
     assert "rank-0000.ray.log" in run.stderr  # said where to look, at once
     assert causes(run.job_dir) == {"head_lost": [0]}
     assert exit_codes(job_dir, 2) == [1, 1]
-    assert "mpiray: pre-flight: gcs restarts off (--gcs-restarts 0)" in run.stdout
+    if args:
+        assert "mpiray: pre-flight: gcs restarts off (--gcs-restarts 0)" in run.stdout
     assert_nothing_left(run, wait=10)
+
+
+def test_rank_0s_own_process_killed_ends_the_job_and_leaves_nothing(tmp_path):
+    """SIGKILL of rank 0's own process (mpiray's, not a Ray one) while the driver runs: nothing of it can tear down,
+    so the MPI launcher must end the job, and no Ray process of any rank, nor the driver, may outlive it."""
+    proc, job_dir = start(tmp_path, 2, driver=[*PROBE, "--sleep", "600"])
+    driver = wait_for_events(job_dir / "rank-0000.jsonl", "driver_started")[-1]["pid"]
+    os.kill(psutil.Process(driver).ppid(), signal.SIGKILL)  # the driver's parent: rank 0
+    killed_at = time.monotonic()
+    run = finish(proc, job_dir, timeout=90)
+    assert run.returncode != 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert time.monotonic() - killed_at < 30
+    assert_nothing_left(run, wait=15)
+    assert not psutil.pid_exists(driver) or psutil.Process(driver).status() == psutil.STATUS_ZOMBIE
 
 
 def test_driver_exception_exit_7(tmp_path):
