@@ -172,3 +172,20 @@ def test_a_host_whose_link_is_throttled_is_named_with_its_figure_and_left_out(sl
     assert not [r for r in rank_events(refused_dir, 0) if r["event"] == "head_alive"]
     jobs.wait_until_gone(job_dir.name)
     jobs.wait_until_gone(refused_dir.name)
+
+
+def test_hosts_that_share_a_hostname_are_refused_before_ray_in_one_line(slurm_testbed, jobs, tmp_path):
+    """Each task in a UTS namespace of its own called `vm`, as containers that share one name: MPI still tells the
+    hosts apart (srun's PMI), mpiray would take them for one."""
+    bed = slurm_testbed
+    result = bed.run(["srun", f"--job-name={jobs.name}", "-N2", "-n4", "--cpus-per-task=1", "--mpi=pmi2", "unshare",
+                      "--uts", "sh", "-c", 'hostname vm && exec "$@"', "sh", PYTHON, str(START_RAY), "--log-dir",
+                      str(tmp_path / "logs"), "--", PYTHON, "-c", "pass"], timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
+    assert ("hosts that MPI tells apart share a hostname: 'vm' is the hostname of 2 hosts (ranks 0-3, their first "
+            "ranks 0, 2)") in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (job_dir,) = (tmp_path / "logs").iterdir()
+    jobs.ids.append(job_dir.name)
+    assert not any(r["event"] == "head_alive" for r in rank_events(job_dir, 0))
+    jobs.wait_until_gone(job_dir.name)
