@@ -95,6 +95,15 @@ class Hello(NamedTuple):
     first: bool = False  # its host's first rank, as MPI splits the ranks by host (two with one name: two hosts)
 
 
+class NodeExited(NamedTuple):
+    """EVENT, a worker to rank 0 while the job runs: its Ray node exited while the rank lives (what it said), and
+    the port of the Beacon rank 0 knocks on from then (0: none), since its raylet's port went with the node: a host
+    that dies later must not be one that no one watches (a send to its rank can spin in MPI_Isend for good)."""
+
+    message: str
+    knock_port: int = 0
+
+
 class Verdict(NamedTuple):
     """VERDICT: what the pre-flight, across the hosts, decided of this host: why it is refused ("" for nothing),
     or that it waits as a spare (--spares)."""

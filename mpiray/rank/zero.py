@@ -25,6 +25,7 @@ from mpiray.rank.messages import (
     VERDICT,
     Cluster,
     Hello,
+    NodeExited,
     Report,
     Verdict,
     print_summary,
@@ -212,10 +213,15 @@ class RankZero:
                 grant()
         return [reports[r] for r in sorted(reports)]
 
-    def node_lost(self, rank: int, message: str) -> None:
-        """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits."""
+    def node_lost(self, rank: int, exited: NodeExited) -> None:
+        """A worker's Ray node was lost while the job runs (its rank lives): a spare host starts, if one waits. Its
+        host is knocked on at its rank's Beacon from now (its raylet's port closed with its node)."""
+        watched = self.watches.get(rank)
         self.unwatch(rank)  # its port closed with its node: that is not its host's loss
-        self.me.log.event("node_lost", peer=rank, message=message)
+        if watched is not None and exited.knock_port:
+            ip = watched.address.rsplit(":", 1)[0]
+            self.watches[rank] = PortWatch(f"{ip}:{exited.knock_port}", armed=True)
+        self.me.log.event("node_lost", peer=rank, message=exited.message)
         self.start_spare(rank)
 
     def start_spare(self, rank: int) -> None:

@@ -36,7 +36,7 @@ from helpers import (
     wait_for_text,
 )
 from slurm import testbed
-from slurm.fixture import Jobs
+from slurm.fixture import Jobs, raylet_of
 
 ROOT = Path(__file__).resolve().parents[3]
 PLACEMENT = ROOT / "tests" / "slurm" / "placement_driver.py"
@@ -304,13 +304,16 @@ def test_the_head_host_powered_off_ends_every_other_rank_with_1_and_leaves_nothi
 WORKER_HOST_LOST_WITHIN_S = 30  # from the power loss to the other ranks' exit, the driver ending at once (#61)
 
 
+@pytest.mark.parametrize("raylet_first", [False, True], ids=["host", "raylet-then-host"])
 def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_leaves_nothing(slurm_testbed, jobs,
-                                                                                             tmp_path, capsys, request):
+                                                                                             tmp_path, capsys, request,
+                                                                                             raylet_first):
     """`srun --no-kill`: a worker's host loses power (every process of it at once) and the driver exits 3 right
     after, before rank 0's knocks have found the host silent for long. Rank 0 knocks once more before it sends the
     exit code and leaves that host's rank out (host_lost), rather than send to it (MPICH was seen to spin in that
     send for good); the other ranks meet without it and exit 3 within WORKER_HOST_LOST_WITHIN_S, nothing of the job
-    is left on their hosts, and srun returns 3 once Slurm has declared the host down."""
+    is left on their hosts, and srun returns 3 once Slurm has declared the host down. raylet_first: that host's
+    raylet was killed before (node_lost, its rank lives): its host is still watched, at its rank's Beacon."""
     bed = slurm_testbed
     lost = bed.nodes[1]
     go = tmp_path / "go"
@@ -321,6 +324,9 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
     argv = jobs.srun(tmp_path, 3, "--", PYTHON, "-c", driver, no_kill=True)
     step, job_dir = driver_up(bed, jobs, argv, tmp_path)
     try:
+        if raylet_first:
+            raylet_of(bed, job_dir, 1).kill()
+            wait_for_text(job_dir, "rank-0000.jsonl", '"node_lost"')
         powered_off = time.time()
         netns.power_off(lost)
         go.touch()
