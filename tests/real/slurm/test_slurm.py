@@ -304,35 +304,45 @@ def test_the_head_host_powered_off_ends_every_other_rank_with_1_and_leaves_nothi
 WORKER_HOST_LOST_WITHIN_S = 30  # from the power loss to the other ranks' exit, the driver ending at once (#61)
 
 
-@pytest.mark.parametrize("raylet_first", [False, True], ids=["host", "raylet-then-host"])
+@pytest.mark.parametrize("how", ["power", "raylet-then-power", "cut"])
 def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_leaves_nothing(slurm_testbed, jobs,
                                                                                              tmp_path, capsys, request,
-                                                                                             raylet_first):
+                                                                                             how):
     """`srun --no-kill`: a worker's host loses power (every process of it at once) and the driver exits 3 right
     after, before rank 0's knocks have found the host silent for long. Rank 0 knocks once more before it sends the
     exit code and leaves that host's rank out (host_lost), rather than send to it (MPICH was seen to spin in that
     send for good); the other ranks meet without it and exit 3 within WORKER_HOST_LOST_WITHIN_S, nothing of the job
-    is left on their hosts, and srun returns 3 once Slurm has declared the host down. raylet_first: that host's
-    raylet was killed before (node_lost, its rank lives): its host is still watched, at its rank's Beacon."""
+    is left on their hosts, and srun returns 3 once Slurm has declared the host down. raylet-then-power: that host's
+    raylet was killed before (node_lost, its rank lives): its host is still watched, at its rank's Beacon. cut: the
+    host's links go down instead, its processes live on: the same for the others, and the cut-off rank, which finds
+    the head's host silent, stops its Ray and exits by itself (nothing of the job left there either)."""
     bed = slurm_testbed
     lost = bed.nodes[1]
     go = tmp_path / "go"
     driver = (f"import os, sys, time; print('DRIVER UP', flush=True)\nwhile not os.path.exists({str(go)!r}): "
               "time.sleep(0.1)\nsys.exit(3)")
     out = tmp_path / "srun.out"
-    before = {node.name: set(netns.processes_on(node)) for node in bed.nodes if node is not lost}
+    before = {node.name: set(netns.processes_on(node)) for node in bed.nodes}
     argv = jobs.srun(tmp_path, 3, "--", PYTHON, "-c", driver, no_kill=True)
     step, job_dir = driver_up(bed, jobs, argv, tmp_path)
     try:
-        if raylet_first:
+        if how == "raylet-then-power":
             raylet_of(bed, job_dir, 1).kill()
             wait_for_text(job_dir, "rank-0000.jsonl", '"node_lost"')
         powered_off = time.time()
-        netns.power_off(lost)
+        netns.cut_off(lost) if how == "cut" else netns.power_off(lost)
         go.touch()
+        if how == "cut":  # the cut-off rank exits by itself (head_host_lost): its log is on its own disk
+            wait_until_only(lost, before[lost.name], WORKER_HOST_LOST_WITHIN_S + 30)
         code = end_after_host_loss(bed, step, job_dir, lost, (0, 2), WORKER_HOST_LOST_WITHIN_S + 30)
     finally:
-        host_back(bed, lost, step)
+        if how == "cut":
+            netns.cut_off(lost, up=True)
+            bed.run(["scontrol", "update", f"nodename={lost.name}", "state=resume"], timeout=60)
+            if step.poll() is None:
+                step.wait(60)
+        else:
+            host_back(bed, lost, step)
     assert code == 3, out.read_text()[-3000:]
     took = max(exit_event(job_dir, rank)["time"] for rank in (0, 2)) - powered_off
     assert took < WORKER_HOST_LOST_WITHIN_S, took
@@ -341,8 +351,11 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
     assert host_lost["peer_host"] == lost.name and host_lost["ranks"] == [1], host_lost
     assert not [r for rank in (0, 2) for r in read_events(job_dir / f"rank-{rank:04d}.jsonl")
                 if r["event"] == "peer_missing"]  # the two met without the lost one
+    if how == "cut":  # it found the head's host silent and left: exit 1, as where that host is gone
+        assert exit_event(job_dir, 1)["fields"]["code"] == 1
+        assert [r["event"] for r in read_events(job_dir / "rank-0001.jsonl") if r["event"] == "head_host_lost"]
     for node in bed.nodes:
-        if node is not lost:  # the ranks and their Ray gone: what is left of the job there is its slurmstepd
+        if node is not lost or how == "cut":  # the ranks and their Ray gone: what is left of the job is its slurmstepd
             left = [(pid, name) for pid in set(netns.processes_on(node)) - before[node.name]
                     if (name := process_name(pid)) not in ("slurmstepd", "")]
             assert not left, (node.name, left)
@@ -351,6 +364,14 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
     deadline = time.monotonic() + 120  # the lost host back for the next test: Slurm marked it down meanwhile
     while bed.node_states().get(lost.name) != "idle":
         assert time.monotonic() < deadline, bed.node_states()
+        time.sleep(0.5)
+
+
+def wait_until_only(node, processes: set[int], within: float) -> None:
+    """Once no process runs on node but those of before and its slurmstepd (a rank that ends by itself)."""
+    deadline = time.monotonic() + within
+    while [pid for pid in set(netns.processes_on(node)) - processes if process_name(pid) not in ("slurmstepd", "")]:
+        assert time.monotonic() < deadline, f"processes of the job still on {node.name} after {within:g} s"
         time.sleep(0.5)
 
 
