@@ -230,10 +230,10 @@ def describe_resources(resources: dict) -> str:
 
 def print_summary(job_id: str, gcs_address: str, launch: str, ready: float, *, reports: list[Report]) -> None:
     """The cluster table on rank 0's stdout: one line per rank."""
-    nodes = [r for r in reports if r.node_id]
+    nodes, hosts = [r for r in reports if r.node_id], len({r.host for r in reports})
     print(
-        f"mpiray: job {job_id}: {len(nodes)} Ray nodes on {len({r.host for r in reports})} "
-        f"hosts ready in {ready:.1f} s ({launch}); head {gcs_address}",
+        f"mpiray: job {job_id}: {len(nodes)} Ray node{'s' * (len(nodes) != 1)} on {hosts} "
+        f"host{'s' * (hosts != 1)} ready in {ready:.1f} s ({launch}); head {gcs_address}",
         flush=True,
     )
     for r in reports:

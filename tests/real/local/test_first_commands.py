@@ -34,7 +34,7 @@ def test_the_laptop_job_trains_one_iteration_on_four_nodes_and_keeps_its_checkpo
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
     result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r": 4 Ray nodes on 1 hosts ready in", result.stdout), result.stdout[-3000:]
+    assert re.search(r": 4 Ray nodes on 1 host ready in", result.stdout), result.stdout[-3000:]
     assert "iter 1 |" in result.stdout + result.stderr
     assert list((tmp_path / "results").rglob("checkpoint_*")), "no checkpoint kept"
     assert_nothing_left(Launch(result.returncode, result.stdout, result.stderr, only_job_dir(tmp_path / "logs"), 0))

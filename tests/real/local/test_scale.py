@@ -78,7 +78,7 @@ def test_dry_run_does_the_whole_protocol_at_32_ranks_and_starts_nothing(tmp_path
     argv = launcher_argv(32, ["--log-dir", str(tmp_path / "logs"), "--job-id", job_id, "--dry-run"])
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "32 Ray nodes on 1 hosts ready" in result.stdout
+    assert "32 Ray nodes on 1 host ready" in result.stdout
     assert len(re.findall(r"^  rank +\d+ ", result.stdout, re.M)) == 32
     job_dir = tmp_path / "logs" / job_id
     for rank in range(32):
