@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -14,11 +15,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mpiray.elastic.registry import Registry
 
-from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, waiting_cluster
+from helpers import BIN, JOB_TIMEOUT_S, PYTHON, ROOT, last_event, wait_for, wait_for_events, waiting_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                 reason="a login host is a PID namespace of its own: needs root and unshare")
@@ -132,6 +134,33 @@ def test_a_submission_outlives_its_killed_submitter_and_a_stopped_one_leaves_the
     wait_for_status(job_id, sleeper, "STOPPED")
     again = mpiray("submit", job_id, "--", PYTHON, "-c", COUNT_NODES)  # the cluster is still up, whole
     assert again.returncode == 0 and "NODES 2" in again.stdout, again.stderr[-3000:]
+
+
+def test_a_submission_runs_on_across_a_restart_of_the_heads_gcs_and_succeeds(cluster, tmp_path):
+    """The head's gcs_server SIGKILLed while a submitted driver runs (mpiray starts it again: --gcs-restarts 3): the
+    driver goes on, its submitter sees it end 0, and the Jobs API still knows it as SUCCEEDED (issue 61, item 1)."""
+    job_id, _, job_dir = cluster
+    up, go = tmp_path / "up", tmp_path / "go"
+    driver = (f"import os, time, ray; ray.init(); open({str(up)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.2)\n"
+              "print('NODES AFTER', len([n for n in ray.nodes() if n['Alive']]), flush=True)")
+    submitter = subprocess.Popen([*LOGIN_HOST, str(BIN / "mpiray"), "submit", job_id, "--", PYTHON, "-c", driver],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        submission = submitter.stderr.readline().split()[2]  # "mpiray submit: ID on cluster JOB: ..."
+        assert wait_for(up.exists, JOB_TIMEOUT_S), "the submitted driver never started"
+        (gcs,) = [pid for pid in last_event(job_dir, 0, "node_pids")["pids"] if psutil.Process(pid).name() == "gcs_server"]
+        os.kill(gcs, signal.SIGKILL)
+        wait_for_events(job_dir / "rank-0000.jsonl", "gcs_back", timeout=60)
+        go.touch()
+        out, err = submitter.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if submitter.poll() is None:
+            submitter.kill()
+            submitter.communicate(timeout=60)
+    assert submitter.returncode == 0, err[-3000:]
+    assert "NODES AFTER 2" in out, out[-2000:]
+    assert status_of(job_id, submission) == "SUCCEEDED"
 
 
 def test_the_jobs_api_refuses_a_request_without_the_token_and_another_user_cannot_read_it(cluster):
