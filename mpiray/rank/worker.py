@@ -108,24 +108,20 @@ class Worker:
         me = self.me
         if me.host_comm.rank != 0 or me.config.dry_run:
             return me.report()
-        port = self.listen_for_knocks()
-        return dataclasses.replace(me.report(), node_ip=self.beacon_ip(), knock_port=port) if port else me.report()
+        beacon = self.listen_for_knocks()
+        return dataclasses.replace(me.report(), node_ip=beacon.ip, knock_port=beacon.port) if beacon else me.report()
 
-    def beacon_ip(self) -> str:
-        """The address this host's node advertises (or will): where its Beacon listens."""
+    def listen_for_knocks(self) -> Beacon | None:
+        """A Beacon for rank 0's knocks on this host, on the address its node advertises (or will), where that node
+        has no raylet port (a spare that waits, a node that exited); None where it cannot listen (said in the log)."""
         me = self.me
-        return network.worker_address(me.config.interface, me.current_session.head_ip, me.config.address_rule)
-
-    def listen_for_knocks(self) -> int:
-        """A Beacon for rank 0's knocks on this host, where its node has no raylet port (a spare that waits, a node
-        that exited); its port, 0 where it cannot listen (said in the log)."""
-        ip = self.beacon_ip()
+        ip = network.worker_address(me.config.interface, me.current_session.head_ip, me.config.address_rule)
         try:
             self.beacon = Beacon(ip)
         except OSError as error:
-            self.me.log.event("beacon_failed", problem=f"cannot listen on {ip}: {error}")
-            return 0
-        return self.beacon.port
+            me.log.event("beacon_failed", problem=f"cannot listen on {ip}: {error}")
+            return None
+        return self.beacon
 
     def start(self, plan: HostPlan, joins_now: bool) -> None:
         """This rank's node started, ALIVE and reported; joins_now: a spare's, whose head is up (no join slot)."""
@@ -191,9 +187,9 @@ class Worker:
                     me.own_node.stop(RAY_STOP_GRACE)
                 elif me.stop.signum is None:
                     me.log.event("own_node_exited", **fields)
-                    port = self.listen_for_knocks() if self.beacon is None else self.beacon.port
+                    beacon = self.beacon or self.listen_for_knocks()
                     me.comm.send(NodeExited(f"its Ray node exited with code {fields['code']} (see {fields['output']})",
-                                            port), 0, EVENT)
+                                            beacon.port if beacon else 0), 0, EVENT)
                     # What its raylet left (workers, a learner) is no node's any more, but it can hold the others'
                     # collectives: a learner whose raylet died kept its gloo peers waiting (torch's 30 min).
                     me.own_node.stop(RAY_STOP_GRACE)

@@ -219,8 +219,7 @@ class RankZero:
         watched = self.watches.get(rank)
         self.unwatch(rank)  # its port closed with its node: that is not its host's loss
         if watched is not None and exited.knock_port:
-            ip = watched.address.rsplit(":", 1)[0]
-            self.watches[rank] = PortWatch(f"{ip}:{exited.knock_port}", armed=True)
+            self.watch(rank, watched.address.rsplit(":", 1)[0], exited.knock_port)
         self.me.log.event("node_lost", peer=rank, message=exited.message)
         self.start_spare(rank)
 
@@ -243,8 +242,12 @@ class RankZero:
         died sends no EVENT."""
         for report in reports:
             if report.rank != 0 and report.knock_port:
-                # It listened when it reported (a node ALIVE): a host that dies before the first knock counts too.
-                self.watches[report.rank] = PortWatch(f"{report.node_ip}:{report.knock_port}", armed=True)
+                self.watch(report.rank, report.node_ip, report.knock_port)
+
+    def watch(self, rank: int, ip: str, port: int) -> None:
+        """Knock on rank's host at ip:port from now. It listened when its rank said so (a node ALIVE, a Beacon open):
+        a host that dies before the first knock counts too (armed)."""
+        self.watches[rank] = PortWatch(f"{ip}:{port}", armed=True)
 
     def unwatch(self, rank: int) -> None:
         """No more knocks on rank's host (its knock under way closed)."""

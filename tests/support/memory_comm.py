@@ -32,7 +32,6 @@ class World:
         self.counts: dict[int, int] = {}  # count generation -> the sum so far
         self.generation = [0] * size
         self.abandoned: dict[int, int] = {}  # rank -> code it exited with, without MPI_Finalize
-        self.finalized: dict[int, tuple[float, int]] = {}  # rank -> (seconds, code) of its finalize_within
         self.by_host: dict[str, World] = {}
 
     def comm(self, rank: int) -> MemoryComm:
@@ -137,7 +136,7 @@ class MemoryComm:
         self.world.abandoned[self.rank] = code
 
     def finalize_within(self, seconds: float, code: int) -> None:
-        self.world.finalized[self.rank] = (seconds, code)
+        pass  # no MPI to finalize in one process (and the ranks' life.run here gives no finalize_limit)
 
 
 class ScriptedLeader:

@@ -33,6 +33,7 @@ from helpers import (
     rank_logs,
     show_timings,
     tagged_lines,
+    wait_for,
     wait_for_text,
 )
 from slurm import testbed
@@ -369,10 +370,11 @@ def test_a_worker_host_powered_off_as_the_driver_ends_keeps_its_exit_code_and_le
 
 def wait_until_only(node, processes: set[int], within: float) -> None:
     """Once no process runs on node but those of before and its slurmstepd (a rank that ends by itself)."""
-    deadline = time.monotonic() + within
-    while [pid for pid in set(netns.processes_on(node)) - processes if process_name(pid) not in ("slurmstepd", "")]:
-        assert time.monotonic() < deadline, f"processes of the job still on {node.name} after {within:g} s"
-        time.sleep(0.5)
+    def only() -> bool:
+        return not [pid for pid in set(netns.processes_on(node)) - processes
+                    if process_name(pid) not in ("slurmstepd", "")]
+
+    assert wait_for(only, within, 0.5), f"processes of the job still on {node.name} after {within:g} s"
 
 
 def test_a_waiting_spare_host_powered_off_is_forgotten_and_the_job_ends_with_its_drivers_code(slurm_testbed, jobs,
